@@ -1,0 +1,32 @@
+# `make train` and `make test` set everything up on a fresh machine (Python 3.11, pip).
+PYTHON ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+.PHONY: install train test test-fast lint bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV)/bin/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+train: $(STAMP)
+	$(VENV)/bin/heron train ppo
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest -n 2 -q
+
+test-fast: $(STAMP)
+	$(VENV)/bin/python -m pytest -n 2 -q -m "not slow"
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check heron tests benchmarks
+
+bench: $(STAMP)
+	$(VENV)/bin/python benchmarks/ppo_cartpole.py
+
+clean:
+	rm -rf $(VENV) runs

@@ -1,0 +1,41 @@
+"""Agents by name: ``make(name, spec, config)``; one file per algorithm."""
+
+from __future__ import annotations
+
+from heron.agents.base import Agent, ConfigError, TrainSchedule
+from heron.agents.ppo import PPOConfig, make_ppo
+
+# name -> (config class, factory(spec, config) -> Agent)
+REGISTRY = {"ppo": (PPOConfig, make_ppo)}
+
+
+class UnknownAgentError(ValueError):
+    """An algorithm name heron does not know."""
+
+
+def config_class(name: str):
+    if name not in REGISTRY:
+        raise UnknownAgentError(
+            f"unknown algorithm {name!r}; available: {', '.join(sorted(REGISTRY))}"
+        )
+    return REGISTRY[name][0]
+
+
+def make(name: str, spec, config=None) -> Agent:
+    config_type = config_class(name)
+    config = config_type() if config is None else config
+    if not isinstance(config, config_type):
+        raise TypeError(f"{name} needs a {config_type.__name__}, got {type(config).__name__}")
+    return REGISTRY[name][1](spec, config)
+
+
+__all__ = [
+    "Agent",
+    "ConfigError",
+    "PPOConfig",
+    "REGISTRY",
+    "TrainSchedule",
+    "UnknownAgentError",
+    "config_class",
+    "make",
+]

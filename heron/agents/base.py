@@ -1,0 +1,63 @@
+"""The agent contract: a bundle of pure functions the driver can jit, scan and vmap.
+
+    agent = heron.agents.make("ppo", spec, config)
+    state = agent.init(key)
+    carry = agent.initial_carry(batch_size)
+    action, carry, extras = agent.act(state, timestep, carry, key, mode="rollout")
+    batch = agent.preprocess(state, experience)     # experience [B, T+1]: last step bootstraps
+    state, metrics = agent.update(state, batch, key)  # batch [L, M] sequences, time-major
+
+``act`` with ``mode="predict"`` takes a ``temperature`` (0 = greedy). The training schedule
+(how much to collect, how many passes of which mini-batches) is part of the agent, since it
+is part of the algorithm; the driver executes it the same way for every agent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from heron.specs import EnvSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSchedule:
+    """ALF's ``train(num_updates, mini_batch_size, mini_batch_length, clear_replay_buffer)``.
+
+    unroll_length: env steps collected per environment per iteration.
+    num_updates: passes over the replayed experience per iteration.
+    mini_batch_size: sequences per optimiser step.
+    mini_batch_length: steps per sequence (1 = independent transitions).
+    replay: replayer name; ``one_time`` replays everything once collected, then clears it.
+    """
+
+    unroll_length: int
+    num_updates: int
+    mini_batch_size: int
+    mini_batch_length: int = 1
+    replay: str = "one_time"
+    mini_batch_size_field: str = "mini_batch_size"  # the config field, for error messages
+
+
+@dataclasses.dataclass(frozen=True)
+class Agent:
+    name: str
+    config: Any
+    spec: EnvSpec
+    schedule: TrainSchedule
+    init: Callable
+    initial_carry: Callable
+    act: Callable
+    preprocess: Callable
+    update: Callable
+    params: Callable  # state -> the parameters that define the policy (for digests, eval)
+    stop_updates: Callable = lambda metrics: False  # early stop of this iteration's updates
+
+
+class ConfigError(ValueError):
+    """A configuration value out of its allowed range."""
+
+
+def check(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)

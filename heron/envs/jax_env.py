@@ -1,0 +1,106 @@
+"""Pure-JAX environments: a gymnax environment batched over ``num_envs`` with auto-reset.
+
+After a LAST step the next ``step`` resets that environment and returns a FIRST step (the
+action is ignored), so the LAST step keeps the episode's own final observation: a
+truncated episode bootstraps from it, never from the next episode's first observation.
+Time limits are applied here, not by gymnax, so termination and truncation stay apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from heron.specs import EnvSpec, action_spec_from_space
+from heron.types import StepType, TimeStep, first_step
+
+_NO_LIMIT = 2**30
+
+
+class JaxEnvState(NamedTuple):
+    env_state: Any  # gymnax state, leaves [B, ...]
+    episode_step: jax.Array  # int32 [B]: steps taken in the current episode
+    needs_reset: jax.Array  # bool [B]: the previous step was LAST
+
+
+class JaxEnv:
+    """A batch of gymnax environments with heron's TimeStep protocol; all methods are pure."""
+
+    is_jax = True
+
+    def __init__(self, env, params, num_envs: int, max_episode_steps: int | None, name: str):
+        if max_episode_steps is None:
+            max_episode_steps = int(params.max_steps_in_episode)
+        if max_episode_steps <= 0:
+            raise ValueError(f"max_episode_steps must be > 0, got {max_episode_steps}")
+        self.name = name
+        self.num_envs = num_envs
+        self._env = env
+        # gymnax's own time limit is lifted; heron truncates at max_episode_steps itself.
+        self._params = params.replace(max_steps_in_episode=_NO_LIMIT)
+        self.spec = EnvSpec(
+            observation_shape=tuple(env.observation_space(params).shape),
+            observation_dtype=jnp.float32,
+            action=action_spec_from_space(env.action_space(params)),
+            max_episode_steps=max_episode_steps,
+        )
+
+    def with_num_envs(self, num_envs: int) -> JaxEnv:
+        """The same environment with another batch size (e.g. for evaluation)."""
+        clone = object.__new__(JaxEnv)
+        clone.__dict__.update(self.__dict__, num_envs=num_envs)
+        return clone
+
+    def _observation(self, obs):
+        return jnp.asarray(obs, jnp.float32).reshape(self.spec.observation_shape)
+
+    def _reset_one(self, key):
+        obs, env_state = self._env.reset_env(key, self._params)
+        return env_state, self._observation(obs)
+
+    def reset(self, key) -> tuple[JaxEnvState, TimeStep]:
+        keys = jax.random.split(key, self.num_envs)
+        env_state, obs = jax.vmap(self._reset_one)(keys)
+        batch = (self.num_envs,)
+        state = JaxEnvState(
+            env_state=env_state,
+            episode_step=jnp.zeros(batch, jnp.int32),
+            needs_reset=jnp.zeros(batch, bool),
+        )
+        return state, first_step(obs, batch)
+
+    def _step_one(self, state: JaxEnvState, action, key):
+        key_step, key_reset = jax.random.split(key)
+        obs, env_state, reward, terminated, _ = self._env.step_env(
+            key_step, state.env_state, action, self._params
+        )
+        obs = self._observation(obs)
+        terminated = jnp.asarray(terminated, bool)
+        episode_step = state.episode_step + 1
+        last = terminated | (episode_step >= self.spec.max_episode_steps)
+        reset_env_state, reset_obs = self._reset_one(key_reset)
+
+        reset = state.needs_reset
+        select = lambda on_reset, on_step: jax.tree.map(  # noqa: E731
+            lambda a, b: jnp.where(reset, a, b), on_reset, on_step
+        )
+        new_state = JaxEnvState(
+            env_state=select(reset_env_state, env_state),
+            episode_step=jnp.where(reset, 0, episode_step),
+            needs_reset=jnp.where(reset, False, last),
+        )
+        timestep = TimeStep(
+            step_type=jnp.where(
+                reset, StepType.FIRST, jnp.where(last, StepType.LAST, StepType.MID)
+            ).astype(jnp.int32),
+            reward=jnp.where(reset, 0.0, jnp.asarray(reward, jnp.float32)),
+            discount=jnp.where(reset | ~terminated, 1.0, 0.0).astype(jnp.float32),
+            observation=select(reset_obs, obs),
+        )
+        return new_state, timestep
+
+    def step(self, state: JaxEnvState, action, key) -> tuple[JaxEnvState, TimeStep]:
+        keys = jax.random.split(key, self.num_envs)
+        return jax.vmap(self._step_one)(state, action, keys)

@@ -1,0 +1,53 @@
+"""The run configuration: what every algorithm's training run shares."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from heron.agents.base import check
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """Environment, budget, evaluation and checkpoint settings of one training run."""
+
+    env: str = "gymnax:CartPole-v1"
+    """Environment id with its source: gymnax:<id>, gym:<id> or heron:<id>."""
+    steps: int = 100_000
+    """Environment steps to train for (rounded up to whole iterations)."""
+    seed: int = 0
+    """Random seed; the same seed gives the same parameters on CPU."""
+    num_envs: int = 16
+    """Environments stepped in parallel."""
+    run_dir: str | None = None
+    """Where to write the run; default runs/<algo>_<env>_<time>."""
+    eval_every_n: int = 5
+    """Evaluate every n iterations (and at the end)."""
+    n_evals: int = 8
+    """Evaluation episodes per temperature."""
+    eval_temperatures: tuple[float, ...] = (1.0, 0.5, 0.0)
+    """Sampling temperatures to evaluate at; 0 is greedy."""
+    max_timestep: int | None = None
+    """Training episode time limit (truncation); default the env's own."""
+    max_timestep_eval: int | None = None
+    """Evaluation episode time limit; default the env's own."""
+    save_every_n: int = 100
+    """Checkpoint every n iterations (and always at the end)."""
+    keep_checkpoints: int = 3
+    """How many of the latest checkpoints to keep."""
+
+    def __post_init__(self):
+        check(self.steps > 0, f"steps must be > 0, got {self.steps}")
+        check(self.num_envs > 0, f"num_envs must be > 0, got {self.num_envs}")
+        check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
+        check(self.eval_every_n > 0, f"eval_every_n must be > 0, got {self.eval_every_n}")
+        check(self.n_evals > 0, f"n_evals must be > 0, got {self.n_evals}")
+        check(
+            len(self.eval_temperatures) > 0 and all(t >= 0 for t in self.eval_temperatures),
+            f"eval_temperatures must be one or more values >= 0, got {self.eval_temperatures}",
+        )
+        check(self.save_every_n > 0, f"save_every_n must be > 0, got {self.save_every_n}")
+        check(self.keep_checkpoints > 0, f"keep_checkpoints must be > 0, got {self.keep_checkpoints}")
+        for name in ("max_timestep", "max_timestep_eval"):
+            value = getattr(self, name)
+            check(value is None or value > 0, f"{name} must be > 0, got {value}")
