@@ -184,28 +184,36 @@ def make_jax_iteration(agent: Agent, env, replay):
 
 
 def init_train_state(agent: Agent, env, replay, key) -> TrainState:
-    """Initial agent, environments (reset) and the first acted-on step."""
-    agent_key, env_key, act_key, key = jax.random.split(key, 4)
-    agent_state = agent.init(agent_key)
-    env_state, timestep = env.reset(env_key)
-    carry = agent.initial_carry(env.num_envs)
-    pending, carry = act_and_record(agent, agent_state, jax.tree.map(jnp.asarray, timestep),
-                                    carry, act_key)
-    example = jax.tree.map(
-        lambda x: jnp.zeros((x.shape[0], agent.schedule.unroll_length + 1) + x.shape[1:], x.dtype),
-        pending,
-    )
-    return TrainState(
-        agent_state=agent_state,
-        env_state=env_state,
-        pending=pending,
-        carry=carry,
-        replay_state=replay.init(example),
-        stats=EpisodeStats.zeros(env.num_envs),
-        key=key,
-        iteration=jnp.zeros((), jnp.int32),
-        env_steps=jnp.zeros((), jnp.int32),
-    )
+    """Initial agent, environments (reset) and the first acted-on step; compiled as one
+    program (environment reset included for JAX envs) to keep start-up short."""
+    env_key, key = jax.random.split(key)
+    reset = jax.jit(env.reset) if env.is_jax else env.reset
+    env_state, timestep = reset(env_key)
+
+    @jax.jit
+    def initial_state(timestep, key):
+        agent_key, act_key, key = jax.random.split(key, 3)
+        agent_state = agent.init(agent_key)
+        carry = agent.initial_carry(env.num_envs)
+        pending, carry = act_and_record(agent, agent_state, timestep, carry, act_key)
+        example = jax.tree.map(
+            lambda x: jnp.zeros((x.shape[0], agent.schedule.unroll_length + 1) + x.shape[1:],
+                                x.dtype),
+            pending,
+        )
+        return TrainState(
+            agent_state=agent_state,
+            env_state=None,
+            pending=pending,
+            carry=carry,
+            replay_state=replay.init(example),
+            stats=EpisodeStats.zeros(env.num_envs),
+            key=key,
+            iteration=jnp.zeros((), jnp.int32),
+            env_steps=jnp.zeros((), jnp.int32),
+        )
+
+    return initial_state(timestep, key)._replace(env_state=env_state)
 
 
 def make_host_iteration(agent: Agent, env, replay):

@@ -1,0 +1,137 @@
+"""``heron train | eval``: the command line.
+
+    heron train ALGO [--env ID] [--steps N] [--seed S] [--num-envs E] [--run-dir DIR]
+                     [--eval-every-n I] [--n-evals N] [--eval-temperatures T ...]
+                     [--save-every-n I] [--ALGO.FIELD VALUE ...]
+    heron eval RUN_DIR [--episodes N] [--temperature T]
+
+Errors a user can cause print one line on stderr and exit with status 2. JAX's persistent
+compilation cache lives in ``$XDG_CACHE_HOME/heron/jax`` (default ~/.cache/heron/jax);
+``HERON_COMPILE_CACHE=DIR`` moves it and ``HERON_COMPILE_CACHE=off`` disables it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+
+import tyro
+
+USAGE = """usage: heron train ALGO [options] [--ALGO.FIELD VALUE ...]
+       heron eval RUN_DIR [--episodes N] [--temperature T]
+run `heron train ALGO --help` for every option of an algorithm"""
+
+
+class UsageError(ValueError):
+    """A command line heron cannot run."""
+
+
+def configure_compile_cache() -> str | None:
+    """Turns on JAX's persistent compilation cache unless HERON_COMPILE_CACHE=off."""
+    import jax
+
+    setting = os.environ.get("HERON_COMPILE_CACHE", "")
+    if setting.lower() in ("0", "off", "false", "no", "none"):
+        return None
+    cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = setting or os.path.join(cache_home, "heron", "jax")
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return path
+
+
+def _train_args_class(algo: str):
+    """A flat dataclass of the run's fields plus the agent config under ``--ALGO.*``."""
+    from heron import agents
+    from heron.training import RunConfig
+
+    config_type = agents.config_class(algo)
+    fields = [(f.name, f.type, dataclasses.field(default=f.default))
+              for f in dataclasses.fields(RunConfig)]
+    fields.append((algo, config_type, dataclasses.field(default_factory=config_type)))
+    return dataclasses.make_dataclass(f"Train{algo.upper()}", fields, frozen=True)
+
+
+def _parse_train(argv: list[str]):
+    from heron.training import RunConfig
+
+    if not argv or argv[0].startswith("-"):
+        if argv and argv[0] in ("-h", "--help"):
+            print(USAGE)
+            raise SystemExit(0)
+        raise UsageError("heron train needs an algorithm, e.g. `heron train ppo`")
+    algo, rest = argv[0], argv[1:]
+    args_class = _train_args_class(algo)
+    args = tyro.cli(args_class, args=rest, prog=f"heron train {algo}",
+                    config=(tyro.conf.FlagConversionOff,))
+    run_fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)}
+    return algo, getattr(args, algo), RunConfig(**run_fields)
+
+
+def cmd_train(argv: list[str]) -> dict:
+    algo, agent_config, run = _parse_train(argv)
+    configure_compile_cache()
+    from heron.training import build, driver, train
+
+    setup = build(algo, agent_config, run)
+    run_dir = run.run_dir or driver.default_run_dir(algo, run.env)
+    return train(setup, run_dir)
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalArgs:
+    """Evaluate the latest checkpoint of a run."""
+
+    run_dir: tyro.conf.Positional[str]
+    """The run directory written by `heron train`."""
+    episodes: int = 10
+    """Evaluation episodes."""
+    temperature: float = 0.0
+    """Sampling temperature; 0 is greedy."""
+
+
+def cmd_eval(argv: list[str]) -> dict:
+    args = tyro.cli(EvalArgs, args=argv, prog="heron eval")
+    if args.episodes <= 0:
+        raise UsageError(f"--episodes must be > 0, got {args.episodes}")
+    if args.temperature < 0:
+        raise UsageError(f"--temperature must be >= 0, got {args.temperature}")
+    configure_compile_cache()
+    from heron.training.evaluate_run import evaluate_run
+
+    return evaluate_run(args.run_dir, args.episodes, args.temperature)
+
+
+COMMANDS = {"train": cmd_train, "eval": cmd_eval}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        print(f"heron: error: unknown command {command!r}; commands: "
+              f"{', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    try:
+        summary = COMMANDS[command](rest)
+    except ValueError as error:  # every user-caused error is a ValueError subclass
+        print(f"heron: error: {error}", file=sys.stderr)
+        return 2
+    except RuntimeError as error:  # training could not go on (e.g. a non-finite loss)
+        print(f"heron: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("heron: interrupted", file=sys.stderr)
+        return 130
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
