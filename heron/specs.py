@@ -99,6 +99,18 @@ def analyze_action_space(space) -> tuple[int, int]:
     )
 
 
+def observation_shape_from_space(space) -> tuple[int, ...]:
+    """The array shape of a Box (or Discrete, as a scalar) observation space."""
+    if hasattr(space, "low") and hasattr(space, "shape") and space.shape is not None:
+        return tuple(int(d) for d in space.shape)
+    if _discrete_n(space) is not None:
+        return ()
+    raise SpaceError(
+        f"unsupported observation space {_space_name(space)} ({space!r}): heron agents take "
+        "array observations (Box or Discrete); flatten Tuple/Dict spaces with a wrapper first"
+    )
+
+
 def action_spec_from_space(space) -> ActionSpec:
     """The ActionSpec of a Gymnasium or gymnax action space (Discrete, MultiDiscrete, Box)."""
     if _discrete_n(space) is not None or hasattr(space, "nvec"):

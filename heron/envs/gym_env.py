@@ -12,7 +12,7 @@ import gymnasium
 import jax
 import numpy as np
 
-from heron.specs import EnvSpec, action_spec_from_space
+from heron.specs import EnvSpec, action_spec_from_space, observation_shape_from_space
 from heron.types import StepType, TimeStep
 
 
@@ -31,7 +31,7 @@ class GymEnv:
             raise ValueError(f"{name}: heron needs next-step auto-reset, the env uses {autoreset}")
         obs_space = self._env.single_observation_space
         self.spec = EnvSpec(
-            observation_shape=tuple(obs_space.shape),
+            observation_shape=observation_shape_from_space(obs_space),
             observation_dtype=np.float32,
             action=action_spec_from_space(self._env.single_action_space),
             max_episode_steps=max_episode_steps,

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from heron.specs import EnvSpec, action_spec_from_space
+from heron.specs import EnvSpec, action_spec_from_space, observation_shape_from_space
 from heron.types import StepType, TimeStep, first_step
 
 _NO_LIMIT = 2**30
@@ -41,7 +41,7 @@ class JaxEnv:
         # gymnax's own time limit is lifted; heron truncates at max_episode_steps itself.
         self._params = params.replace(max_steps_in_episode=_NO_LIMIT)
         self.spec = EnvSpec(
-            observation_shape=tuple(env.observation_space(params).shape),
+            observation_shape=observation_shape_from_space(env.observation_space(params)),
             observation_dtype=jnp.float32,
             action=action_spec_from_space(env.action_space(params)),
             max_episode_steps=max_episode_steps,
