@@ -98,6 +98,18 @@ def cpu_busy_fraction(interval_s: float = 0.5) -> float | None:
     return (busy1 - busy0) / max(total1 - total0, 1)
 
 
+def wait_for_idle(max_wait_s: float, threshold: float) -> float | None:
+    """Wait up to ``max_wait_s`` for other load to drop below ``threshold``.
+
+    Returns the last busy fraction measured (None off Linux).
+    """
+    deadline = time.perf_counter() + max_wait_s
+    busy = cpu_busy_fraction()
+    while busy is not None and busy > threshold and time.perf_counter() < deadline:
+        busy = cpu_busy_fraction(2.0)
+    return busy
+
+
 def run_timed(argv: list[str], timeout_s: float, cwd: Path | None = None) -> ChildResult:
     """Run ``argv`` to completion and time it; never raises for child failures."""
     busy = cpu_busy_fraction()

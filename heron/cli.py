@@ -43,16 +43,26 @@ def configure_compile_cache() -> str | None:
     return path
 
 
+def _unchecked(config_type):
+    """The config class without its validation, so that tyro only parses; heron validates
+    afterwards and reports a bad value in one line instead of tyro's help box."""
+    return type(config_type.__name__, (config_type,), {"__post_init__": lambda self: None})
+
+
+def _checked(config_type, parsed):
+    return config_type(**{f.name: getattr(parsed, f.name) for f in dataclasses.fields(config_type)})
+
+
 def _train_args_class(algo: str):
-    """A flat dataclass of the run's fields plus the agent config under ``--ALGO.*``."""
+    """The run's fields (flat: --env, --steps, ...) plus the agent config as ``--ALGO.*``."""
     from heron import agents
     from heron.training import RunConfig
 
-    config_type = agents.config_class(algo)
-    fields = [(f.name, f.type, dataclasses.field(default=f.default))
-              for f in dataclasses.fields(RunConfig)]
-    fields.append((algo, config_type, dataclasses.field(default_factory=config_type)))
-    return dataclasses.make_dataclass(f"Train{algo.upper()}", fields, frozen=True)
+    agent_type = _unchecked(agents.config_class(algo))
+    field = (algo, agent_type, dataclasses.field(default_factory=agent_type))
+    return dataclasses.make_dataclass(
+        f"Train{algo.upper()}", [field], bases=(_unchecked(RunConfig),), frozen=True
+    )
 
 
 def _parse_train(argv: list[str]):
@@ -67,8 +77,10 @@ def _parse_train(argv: list[str]):
     args_class = _train_args_class(algo)
     args = tyro.cli(args_class, args=rest, prog=f"heron train {algo}",
                     config=(tyro.conf.FlagConversionOff,))
-    run_fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)}
-    return algo, getattr(args, algo), RunConfig(**run_fields)
+    from heron import agents
+
+    agent_config = _checked(agents.config_class(algo), getattr(args, algo))
+    return algo, agent_config, _checked(RunConfig, args)
 
 
 def cmd_train(argv: list[str]) -> dict:

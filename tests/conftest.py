@@ -19,6 +19,9 @@ from flax import struct
 from gymnax.environments import environment, spaces
 
 from heron import envs
+from heron.cli import configure_compile_cache
+
+configure_compile_cache()  # as the CLI does: repeated programs compile once
 
 TIME_LIMIT = 3
 

@@ -12,8 +12,9 @@ import argparse
 import json
 import platform
 import sys
+from collections.abc import Iterable
 from importlib import metadata
-from typing import Any, Iterable
+from typing import Any
 
 
 def base_parser(description: str, modes: Iterable[str]) -> argparse.ArgumentParser:

@@ -24,9 +24,8 @@ _T0 = time.perf_counter()
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import rejax  # noqa: E402
-from rejax.evaluate import evaluate  # noqa: E402
-
 from _common import base_parser, emit, first_step_reaching, package_versions  # noqa: E402
+from rejax.evaluate import evaluate  # noqa: E402
 
 _IMPORT_S = time.perf_counter() - _T0
 
@@ -136,7 +135,7 @@ def run_eval(args) -> dict:
     (ts, (steps, means, stds)), seconds = timed_call(jax.jit(algo.train), key)
     evals = [
         {"step": int(s), "return_mean": float(m), "return_std": float(d)}
-        for s, m, d in zip(steps.tolist(), means.tolist(), stds.tolist())
+        for s, m, d in zip(steps.tolist(), means.tolist(), stds.tolist(), strict=True)
     ]
     return {
         "steps": int(ts.global_step),
@@ -162,7 +161,9 @@ def main() -> None:
             "import_s": _IMPORT_S,
             "process_s": time.perf_counter() - _T0,
             "config": REJAX_CARTPOLE_PPO,
-            "versions": package_versions("rejax", "gymnax", "jax", "jaxlib", "flax", "optax", "distrax"),
+            "versions": package_versions(
+                "rejax", "gymnax", "jax", "jaxlib", "flax", "optax", "distrax"
+            ),
             "jax_devices": [str(d) for d in jax.devices()],
             **result,
         }

@@ -22,13 +22,12 @@ import time
 _T0 = time.perf_counter()
 
 import torch  # noqa: E402
+from _common import base_parser, emit, first_step_reaching, package_versions  # noqa: E402
 from stable_baselines3 import PPO  # noqa: E402
 from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 from stable_baselines3.common.evaluation import evaluate_policy  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
-
-from _common import base_parser, emit, first_step_reaching, package_versions  # noqa: E402
 
 _IMPORT_S = time.perf_counter() - _T0
 

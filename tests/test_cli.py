@@ -1,0 +1,82 @@
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from heron.cli import main
+
+SMALL = ["--steps", "1024", "--num-envs", "4", "--n-evals", "2", "--eval-every-n", "8",
+         "--ppo.unroll-length", "16", "--ppo.optimizer-batch-size", "32"]
+
+
+def test_train_eval_and_metrics_through_the_real_entry_point(tmp_path):
+    run_dir = tmp_path / "run"
+    heron = os.path.join(os.path.dirname(sys.executable), "heron")
+    result = subprocess.run([heron, "train", "ppo", "--run-dir", str(run_dir), "--ppo.gamma",
+                             "0.98", *SMALL], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["run_dir"] == str(run_dir) and summary["steps"] == 1024
+    assert len(summary["params_digest"]) == 64
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["ppo"]["gamma"] == 0.98 and config["run"]["num_envs"] == 4
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert {line["kind"] for line in lines} == {"train", "eval"}
+
+    result = subprocess.run([heron, "eval", str(run_dir), "--episodes", "3"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    evaluation = json.loads(result.stdout.strip().splitlines()[-1])
+    assert evaluation["episodes"] == 3 and evaluation["steps"] == 1024
+    assert evaluation["params_digest"] == summary["params_digest"]
+    assert evaluation["temperature"] == 0.0
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "foo"], "unknown algorithm 'foo'; available: ppo"),
+        (["train", "ppo", "--env", "CartPole-v1"], "environment ids carry their source"),
+        (["train", "ppo", "--env", "gymnax:Nope-v0"], "unknown gymnax environment 'Nope-v0'"),
+        (["train", "ppo", "--env", "gym:Blackjack-v1"], "unsupported observation space Tuple"),
+        (["train", "ppo", "--ppo.gamma", "1.5"], r"ppo.gamma must be in [0, 1], got 1.5"),
+        (["train", "ppo", "--ppo.gae-lambda", "-0.5"], "ppo.gae_lambda must be in [0, 1]"),
+        (["train", "ppo", "--ppo.epsilon", "0"], "ppo.epsilon must be > 0, got 0.0"),
+        (["train", "ppo", "--steps", "0"], "steps must be > 0, got 0"),
+        (["train", "ppo", "--ppo.optimizer-batch-size", "300"],
+         "ppo.optimizer_batch_size=300 must divide the batch"),
+        (["train"], "heron train needs an algorithm"),
+        (["frobnicate"], "unknown command 'frobnicate'"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path, capsys):
+    run_dir = tmp_path / "refused"
+    if argv[0] == "train" and len(argv) > 1:
+        argv = argv + ["--run-dir", str(run_dir)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not run_dir.exists()  # nothing written for a refused command
+
+
+def test_eval_of_missing_or_empty_run_dir(tmp_path, capsys):
+    assert main(["eval", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main(["eval", str(tmp_path / "empty")]) == 2
+    assert "has no config.json" in capsys.readouterr().err
+
+
+def test_eval_of_a_run_without_checkpoints(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert main(["train", "ppo", "--run-dir", str(run_dir), *SMALL]) == 0
+    for step in (run_dir / "checkpoints").iterdir():
+        import shutil
+
+        shutil.rmtree(step)
+    capsys.readouterr()
+    assert main(["eval", str(run_dir)]) == 2
+    assert "no checkpoint" in capsys.readouterr().err

@@ -1,0 +1,26 @@
+"""Learning tests: fixed seeds, honest thresholds, default hyperparameters."""
+
+import json
+
+import pytest
+
+from heron.agents import PPOConfig
+from heron.training import RunConfig, build, train
+
+
+def _greedy_evals(run_dir):
+    lines = [json.loads(line) for line in open(f"{run_dir}/metrics.jsonl")]
+    return [(e["step"], e["return_mean"]) for e in lines
+            if e["kind"] == "eval" and e["temperature"] == 0.0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env, budget", [("gymnax:CartPole-v1", 100_000),
+                                         ("gym:CartPole-v1", 150_000)])
+def test_ppo_solves_cartpole(env, budget, tmp_path):
+    run = RunConfig(env=env, steps=budget, seed=0)
+    summary = train(build("ppo", PPOConfig(), run), str(tmp_path / "run"))
+    evals = _greedy_evals(tmp_path / "run")
+    assert summary["steps"] <= budget + run.num_envs * PPOConfig().unroll_length
+    assert summary["best_eval_return"] >= 475, evals
+    assert summary["final_eval_return"] >= 475, evals
