@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -110,13 +111,24 @@ def wait_for_idle(max_wait_s: float, threshold: float) -> float | None:
     return busy
 
 
-def run_timed(argv: list[str], timeout_s: float, cwd: Path | None = None) -> ChildResult:
-    """Run ``argv`` to completion and time it; never raises for child failures."""
+def run_timed(
+    argv: list[str], timeout_s: float, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> ChildResult:
+    """Run ``argv`` to completion and time it; never raises for child failures.
+
+    ``env`` holds variables added to this process's environment for the child.
+    """
     busy = cpu_busy_fraction()
     start = time.perf_counter()
     try:
         proc = subprocess.run(
-            argv, cwd=cwd, capture_output=True, text=True, timeout=timeout_s, check=False
+            argv,
+            cwd=cwd,
+            env={**os.environ, **env} if env else None,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
         )
     except subprocess.TimeoutExpired as exc:
         wall = time.perf_counter() - start

@@ -121,11 +121,11 @@ def prepare_peer(name: str) -> Path:
     return ensure_venv(VENVS / name, PEERS / f"{name}-requirements.txt", log=log)
 
 
-def measure(argv: list[str], args) -> ChildResult:
+def measure(argv: list[str], args, env: dict[str, str] | None = None) -> ChildResult:
     """Run one measurement process, first waiting (``--wait-idle``) for a quiet machine."""
     if args.wait_idle > 0:
         wait_for_idle(args.wait_idle, BUSY_WARNING)
-    return run_timed(argv, args.timeout, cwd=ROOT)
+    return run_timed(argv, args.timeout, cwd=ROOT, env=env)
 
 
 def peer_child(python: Path, script: str, mode: str, steps: int, args) -> ChildResult:
@@ -213,8 +213,20 @@ def first_solved(evals: list[dict[str, Any]]) -> int | None:
     return min(steps) if steps else None
 
 
-def heron_run(args, env: str, steps: int, run_dir: Path) -> tuple[ChildResult, dict]:
-    """Run ``heron train ppo`` once; returns the child and its greedy-eval record."""
+def reset_dir(path: Path) -> Path:
+    """Empty benchmark-owned directory ``path`` (removing an old one)."""
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
+
+
+def heron_run(args, env: str, steps: int, run_dir: Path, cache_dir: Path | None):
+    """Run ``heron train ppo`` once; returns (child, greedy-eval record).
+
+    ``cache_dir`` is given to heron as its JAX compilation cache
+    (HERON_COMPILE_CACHE); None leaves heron's default cache in place.
+    """
     if run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -222,39 +234,51 @@ def heron_run(args, env: str, steps: int, run_dir: Path) -> tuple[ChildResult, d
         str(args.heron), "train", "ppo", "--env", env, "--steps", str(steps),
         "--seed", str(args.seed), "--run-dir", str(run_dir),
     ]  # fmt: skip
-    child = measure(argv, args)
-    extra: dict[str, Any] = {}
+    child = measure(argv, args, env={"HERON_COMPILE_CACHE": str(cache_dir)} if cache_dir else None)
+    extra: dict[str, Any] = {"compile_cache": str(cache_dir) if cache_dir else "heron default"}
     if child.ok:
         metrics = Path(child.payload.get("run_dir") or run_dir) / "metrics.jsonl"
         if metrics.exists():
             evals = greedy_evals(metrics)
-            extra = {"greedy_evals": evals, "steps_to_solved": first_solved(evals)}
+            extra.update(greedy_evals=evals, steps_to_solved=first_solved(evals))
         else:
-            extra = {"greedy_evals": None, "note": f"{metrics} not found"}
+            extra.update(greedy_evals=None, note=f"{metrics} not found")
     return child, extra
 
 
-def heron_summary(mode: str, runs: dict, order: list[tuple[str, int]], whole: dict) -> Summary:
-    """Summarise heron runs; ``order`` lists (run name, steps) by ascending budget."""
+def heron_summary(mode: str, runs: dict, order: list[tuple[str, int]]) -> Summary:
+    """Summarise one heron mode; ``order`` lists its (run name, steps) by ascending budget."""
     summary = Summary("heron", mode, status=status_of(runs))
-    summary.whole_s_100k = wall_of(runs, whole.get("100k", ""))
-    summary.whole_s_1m = wall_of(runs, whole.get("1m", ""))
+    summary.whole_s_100k = wall_of(runs, f"{mode}_100k")
+    summary.whole_s_1m = wall_of(runs, f"{mode}_1m")
     by_budget = tuple(name for name, _ in reversed(order))
     summary.steps_per_s = payload_value(runs, by_budget, "steps_per_s_after_compile")
-    for name, steps in order:
+    for name, _ in order:
         run = runs.get(name, {})
-        if "error" in run:
+        if "error" in run or "greedy_evals" not in run:
             continue
-        summary.solved_budget = steps
+        summary.solved_budget = run["result"].get("steps")
         if run.get("steps_to_solved") is not None:
             summary.steps_to_solved = run["steps_to_solved"]
             break
     return summary
 
 
+def heron_plans(quick: bool) -> dict[str, list[tuple[str, int]]]:
+    """(run name, steps) per heron env mode, by ascending budget."""
+    gymnax = [("gymnax_100k", STEPS_100K)] + ([] if quick else [("gymnax_1m", STEPS_1M)])
+    gym = [("gym_100k", STEPS_100K), ("gym_150k", HERON_GYM_SOLVE_STEPS)]
+    return {"gymnax": gymnax, "gym": gym}
+
+
 def bench_heron(args) -> tuple[list[Summary], dict]:
-    """heron in gymnax mode (100k, 1M) and gym mode (100k, 150k)."""
-    log(f"\n[heron] {args.heron}")
+    """heron in gymnax mode (100k, 1M) and gym mode (100k, 150k).
+
+    With ``--heron-cache cold`` (default) every run gets a new, empty JAX
+    compilation cache, so compilation is timed as for rejax; the gymnax 100k
+    run is then repeated on its filled cache for a warm-cache figure.
+    """
+    log(f"\n[heron] {args.heron} (compile cache: {args.heron_cache})")
     heron = Path(args.heron)
     if not (heron.is_file() and os.access(heron, os.X_OK)):
         reason = f"{heron} not found or not executable"
@@ -264,23 +288,33 @@ def bench_heron(args) -> tuple[list[Summary], dict]:
             Summary("heron", "gym", status="skipped", reason=reason),
         ], {"runs": {}}
 
-    plans = {
-        "gymnax": [("gymnax_100k", STEPS_100K)] + ([] if args.quick else [("gymnax_1m", STEPS_1M)]),
-        "gym": [("gym_100k", STEPS_100K), ("gym_150k", HERON_GYM_SOLVE_STEPS)],
-    }
-    runs_dir = args.out.parent / "heron_runs"
+    work = args.out.parent / "heron_runs"
+    cold = args.heron_cache == "cold"
     records: dict[str, Any] = {}
     summaries = []
-    for mode, plan in plans.items():
+    for mode, plan in heron_plans(args.quick).items():
         runs: dict[str, Any] = {}
         for name, steps in plan:
-            child, extra = heron_run(args, f"{mode}:CartPole-v1", steps, runs_dir / name)
+            cache = reset_dir(work / f"{name}.jax-cache") if cold else None
+            child, extra = heron_run(args, f"{mode}:CartPole-v1", steps, work / name, cache)
             record_run(runs, name, f"{mode} {steps:,} steps", child)
             runs[name].update(extra)
-        whole = {"100k": f"{mode}_100k", "1m": f"{mode}_1m"}
-        summaries.append(heron_summary(mode, runs, plan, whole))
+        summaries.append(heron_summary(mode, runs, plan))
         records.update(runs)
-    return summaries, {"runs": records}
+
+    if cold and "error" not in records.get("gymnax_100k", {"error": 1}):
+        cache = work / "gymnax_100k.jax-cache"
+        child, extra = heron_run(
+            args, "gymnax:CartPole-v1", STEPS_100K, work / "gymnax_100k_warm", cache
+        )
+        record_run(records, "gymnax_100k_warm", "gymnax 100,000 steps, warm cache", child)
+        records["gymnax_100k_warm"].update(extra)
+        warm = Summary(
+            "heron", "gymnax, warm cache", status=status_of({"w": records["gymnax_100k_warm"]})
+        )
+        warm.whole_s_100k = wall_of(records, "gymnax_100k_warm")
+        summaries.insert(1, warm)
+    return summaries, {"compile_cache": args.heron_cache, "runs": records}
 
 
 # --------------------------------------------------------------------------- report
@@ -435,6 +469,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--heron", default=str(ROOT / ".venv" / "bin" / "heron"), help="heron CLI")
     parser.add_argument(
         "--timeout", type=float, default=1800.0, help="seconds allowed per measurement process"
+    )
+    parser.add_argument(
+        "--heron-cache",
+        choices=("cold", "default"),
+        default="cold",
+        help="cold: a new empty JAX compilation cache per heron run (plus one warm-cache "
+        "rerun of gymnax 100k); default: heron's own cache, as left by earlier runs",
     )
     parser.add_argument(
         "--wait-idle",

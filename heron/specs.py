@@ -44,6 +44,11 @@ class ActionSpec:
         return self.shape
 
     @property
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """(low, high) shaped like one continuous action."""
+        return np.reshape(self.low, self.shape), np.reshape(self.high, self.shape)
+
+    @property
     def dtype(self):
         return np.int32 if self.is_discrete else np.float32
 

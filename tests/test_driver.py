@@ -96,3 +96,33 @@ def test_refuses_a_non_empty_run_dir(tmp_path):
     with pytest.raises(ConfigError, match="already exists"):
         train(build("ppo", SMALL_PPO, small_run()), str(tmp_path))
     assert (tmp_path / "x").read_text() == "keep me"
+
+
+def test_host_mode_compiles_act_and_learn_once(tmp_path):
+    from heron.training.loop import init_train_state, make_host_iteration
+
+    setup = build("ppo", SMALL_PPO, small_run(env="gym:CartPole-v1"))
+    state = init_train_state(setup.agent, setup.env, setup.replay, jax.random.PRNGKey(0))
+    state = state._replace(env_state=None)
+    iteration = make_host_iteration(setup.agent, setup.env, setup.replay)
+    for _ in range(3):
+        state, _ = iteration(state)
+    assert iteration.compiled_sizes() == (1, 1)  # act_step, finish: one program each
+
+
+def test_non_finite_loss_stops_training_and_writes_no_checkpoint(tmp_path):
+    from heron import envs
+    from heron.training import TrainingError
+
+    from conftest import CountingJaxEnv, CountingParams
+
+    class NanRewardEnv(CountingJaxEnv):
+        def step_env(self, key, state, action, params):
+            obs, state, reward, terminated, info = super().step_env(key, state, action, params)
+            return obs, state, jnp.float32(jnp.nan), terminated, info
+
+    envs.register("NanReward-v0", lambda: (NanRewardEnv(), CountingParams()))
+    setup = build("ppo", SMALL_PPO, small_run(env="heron:NanReward-v0", save_every_n=1))
+    with pytest.raises(TrainingError, match="non-finite .*loss/total.* at step 64"):
+        train(setup, str(tmp_path / "run"))
+    assert not any((tmp_path / "run" / "checkpoints").glob("*"))

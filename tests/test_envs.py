@@ -86,3 +86,13 @@ def test_jax_env_time_limit_override():
     steps = rollout(env, np.zeros((3, 1), np.int32))
     assert [int(s.step_type[0]) for s in steps] == [FIRST, MID, LAST, FIRST]
     assert steps[2].discount[0] == 1.0
+
+
+def test_continuous_actions_are_clipped_to_the_box():
+    env = envs.make("gymnax:Pendulum-v1", num_envs=2)
+    state, _ = env.reset(jax.random.PRNGKey(0))
+    key = jax.random.PRNGKey(1)
+    _, outside = env.step(state, jnp.array([[5.0], [-7.0]]), key)
+    _, at_bounds = env.step(state, jnp.array([[2.0], [-2.0]]), key)
+    np.testing.assert_array_equal(outside.observation, at_bounds.observation)
+    np.testing.assert_array_equal(outside.reward, at_bounds.reward)

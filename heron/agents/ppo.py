@@ -206,7 +206,7 @@ def make_ppo(spec: EnvSpec, config: PPOConfig) -> Agent:
         grads, metrics = jax.grad(loss, has_aux=True)(state.params, flat)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        metrics["grad_norm"] = optax.global_norm(grads)
+        metrics["grad_norm"] = optax.tree.norm(grads)
         return PPOState(params, opt_state, state.update_step + 1), metrics
 
     def stop_updates(metrics) -> jax.Array:

@@ -60,6 +60,8 @@ class GymEnv:
         action = np.asarray(action)
         if self.spec.action.is_discrete:
             action = action.astype(np.int64)
+        else:  # Gaussian samples may leave the bounds
+            action = np.clip(action, *self.spec.action.bounds)
         obs, reward, terminated, truncated, _ = self._env.step(action)
         reset = self._needs_reset
         last = np.logical_or(terminated, truncated) & ~reset

@@ -102,5 +102,7 @@ class JaxEnv:
         return new_state, timestep
 
     def step(self, state: JaxEnvState, action, key) -> tuple[JaxEnvState, TimeStep]:
+        if not self.spec.action.is_discrete:  # Gaussian samples may leave the bounds
+            action = jnp.clip(action, *self.spec.action.bounds)
         keys = jax.random.split(key, self.num_envs)
         return jax.vmap(self._step_one)(state, action, keys)

@@ -259,4 +259,5 @@ def make_host_iteration(agent: Agent, env, replay):
             steps.append(step)
         return finish(state, steps, carry, stats, key)
 
+    iteration.compiled_sizes = lambda: (act_step._cache_size(), finish._cache_size())
     return iteration
