@@ -5,4 +5,14 @@ __version__ = "0.1.0"
 from heron import agents, envs, ops, replay, specs, types  # noqa: E402
 from heron.types import Experience, StepType, TimeStep  # noqa: E402
 
-__all__ = ["Experience", "StepType", "TimeStep", "agents", "envs", "ops", "replay", "specs", "types"]
+__all__ = [
+    "Experience",
+    "StepType",
+    "TimeStep",
+    "agents",
+    "envs",
+    "ops",
+    "replay",
+    "specs",
+    "types",
+]

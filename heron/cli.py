@@ -75,8 +75,9 @@ def _parse_train(argv: list[str]):
         raise UsageError("heron train needs an algorithm, e.g. `heron train ppo`")
     algo, rest = argv[0], argv[1:]
     args_class = _train_args_class(algo)
-    args = tyro.cli(args_class, args=rest, prog=f"heron train {algo}",
-                    config=(tyro.conf.FlagConversionOff,))
+    args = tyro.cli(
+        args_class, args=rest, prog=f"heron train {algo}", config=(tyro.conf.FlagConversionOff,)
+    )
     from heron import agents
 
     agent_config = _checked(agents.config_class(algo), getattr(args, algo))
@@ -127,8 +128,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
-        print(f"heron: error: unknown command {command!r}; commands: "
-              f"{', '.join(COMMANDS)}", file=sys.stderr)
+        print(
+            f"heron: error: unknown command {command!r}; commands: {', '.join(COMMANDS)}",
+            file=sys.stderr,
+        )
         return 2
     try:
         summary = COMMANDS[command](rest)

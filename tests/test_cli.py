@@ -7,15 +7,31 @@ import pytest
 
 from heron.cli import main
 
-SMALL = ["--steps", "1024", "--num-envs", "4", "--n-evals", "2", "--eval-every-n", "8",
-         "--ppo.unroll-length", "16", "--ppo.optimizer-batch-size", "32"]
+SMALL = [
+    "--steps",
+    "1024",
+    "--num-envs",
+    "4",
+    "--n-evals",
+    "2",
+    "--eval-every-n",
+    "8",
+    "--ppo.unroll-length",
+    "16",
+    "--ppo.optimizer-batch-size",
+    "32",
+]
 
 
 def test_train_eval_and_metrics_through_the_real_entry_point(tmp_path):
     run_dir = tmp_path / "run"
     heron = os.path.join(os.path.dirname(sys.executable), "heron")
-    result = subprocess.run([heron, "train", "ppo", "--run-dir", str(run_dir), "--ppo.gamma",
-                             "0.98", *SMALL], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [heron, "train", "ppo", "--run-dir", str(run_dir), "--ppo.gamma", "0.98", *SMALL],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert summary["run_dir"] == str(run_dir) and summary["steps"] == 1024
@@ -25,8 +41,12 @@ def test_train_eval_and_metrics_through_the_real_entry_point(tmp_path):
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert {line["kind"] for line in lines} == {"train", "eval"}
 
-    result = subprocess.run([heron, "eval", str(run_dir), "--episodes", "3"],
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [heron, "eval", str(run_dir), "--episodes", "3"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     evaluation = json.loads(result.stdout.strip().splitlines()[-1])
     assert evaluation["episodes"] == 3 and evaluation["steps"] == 1024
@@ -45,8 +65,10 @@ def test_train_eval_and_metrics_through_the_real_entry_point(tmp_path):
         (["train", "ppo", "--ppo.gae-lambda", "-0.5"], "ppo.gae_lambda must be in [0, 1]"),
         (["train", "ppo", "--ppo.epsilon", "0"], "ppo.epsilon must be > 0, got 0.0"),
         (["train", "ppo", "--steps", "0"], "steps must be > 0, got 0"),
-        (["train", "ppo", "--ppo.optimizer-batch-size", "300"],
-         "ppo.optimizer_batch_size=300 must divide the batch"),
+        (
+            ["train", "ppo", "--ppo.optimizer-batch-size", "300"],
+            "ppo.optimizer_batch_size=300 must divide the batch",
+        ),
         (["train"], "heron train needs an algorithm"),
         (["frobnicate"], "unknown command 'frobnicate'"),
     ],

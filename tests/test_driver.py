@@ -29,10 +29,17 @@ def _counting_agent(num_updates, mini_batch_size, mini_batch_length, stop_after=
 
     stop = (lambda m: m["count"] >= stop_after) if stop_after else (lambda m: False)
     return Agent(
-        name="counting", config=None, spec=None,
+        name="counting",
+        config=None,
+        spec=None,
         schedule=TrainSchedule(4, num_updates, mini_batch_size, mini_batch_length),
-        init=None, initial_carry=None, act=None, preprocess=None, update=update,
-        params=lambda s: s, stop_updates=stop,
+        init=None,
+        initial_carry=None,
+        act=None,
+        preprocess=None,
+        update=update,
+        params=lambda s: s,
+        stop_updates=stop,
     )
 
 
@@ -51,20 +58,25 @@ def test_every_sequence_is_trained_once_per_pass():
 def test_stop_updates_skips_the_rest():
     agent = _counting_agent(num_updates=4, mini_batch_size=2, mini_batch_length=1, stop_after=3)
     state = {"count": jnp.zeros((), jnp.int32), "seen": jnp.zeros(8, jnp.int32)}
-    state, metrics = train_on_batch(agent, state, jnp.arange(8).reshape(2, 4),
-                                    jax.random.PRNGKey(0))
+    state, metrics = train_on_batch(
+        agent, state, jnp.arange(8).reshape(2, 4), jax.random.PRNGKey(0)
+    )
     assert int(state["count"]) == 3 and float(metrics["train/updates"]) == 3
 
 
 def test_mini_batch_must_divide_the_batch():
-    with pytest.raises(ConfigError, match=r"ppo.optimizer_batch_size=48 must divide .* 4 x 16 = 64"):
+    with pytest.raises(
+        ConfigError, match=r"ppo.optimizer_batch_size=48 must divide .* 4 x 16 = 64"
+    ):
         build("ppo", PPOConfig(unroll_length=16, optimizer_batch_size=48), small_run())
 
 
 @pytest.mark.parametrize("env", ["gymnax:CartPole-v1", "gym:CartPole-v1"])
 def test_same_seed_gives_identical_parameters(env, tmp_path):
-    summaries = [train(build("ppo", SMALL_PPO, small_run(env=env, seed=seed)), str(tmp_path / name))
-                 for seed, name in [(3, "a"), (3, "b"), (4, "c")]]
+    summaries = [
+        train(build("ppo", SMALL_PPO, small_run(env=env, seed=seed)), str(tmp_path / name))
+        for seed, name in [(3, "a"), (3, "b"), (4, "c")]
+    ]
     assert summaries[0]["params_digest"] == summaries[1]["params_digest"]
     assert summaries[0]["params_digest"] != summaries[2]["params_digest"]
     assert summaries[0]["final_eval_return"] == summaries[1]["final_eval_return"]
@@ -73,8 +85,15 @@ def test_same_seed_gives_identical_parameters(env, tmp_path):
 def test_run_directory_contents(tmp_path):
     run_dir = tmp_path / "run"
     summary = train(build("ppo", SMALL_PPO, small_run(eval_every_n=4)), str(run_dir))
-    assert set(summary) >= {"run_dir", "steps", "wall_s", "steps_per_s", "final_eval_return",
-                            "best_eval_return", "params_digest"}
+    assert set(summary) >= {
+        "run_dir",
+        "steps",
+        "wall_s",
+        "steps_per_s",
+        "final_eval_return",
+        "best_eval_return",
+        "params_digest",
+    }
     assert summary["steps"] == 1024
     config = json.loads((run_dir / "config.json").read_text())
     assert config["algo"] == "ppo" and config["ppo"]["unroll_length"] == 16
@@ -82,8 +101,16 @@ def test_run_directory_contents(tmp_path):
     evals = [line for line in lines if line["kind"] == "eval"]
     assert [e["step"] for e in evals] == [256, 512, 768, 1024]
     for line in evals:
-        assert set(line) == {"kind", "step", "wall_s", "seed", "temperature", "return_mean",
-                             "return_std", "episodes"}
+        assert set(line) == {
+            "kind",
+            "step",
+            "wall_s",
+            "seed",
+            "temperature",
+            "return_mean",
+            "return_std",
+            "episodes",
+        }
         assert line["episodes"] == 2 and line["temperature"] == 0.0
     assert summary["final_eval_return"] == evals[-1]["return_mean"]
     assert len([line for line in lines if line["kind"] == "train"]) == 16
@@ -111,10 +138,10 @@ def test_host_mode_compiles_act_and_learn_once(tmp_path):
 
 
 def test_non_finite_loss_stops_training_and_writes_no_checkpoint(tmp_path):
+    from conftest import CountingJaxEnv, CountingParams
+
     from heron import envs
     from heron.training import TrainingError
-
-    from conftest import CountingJaxEnv, CountingParams
 
     class NanRewardEnv(CountingJaxEnv):
         def step_env(self, key, state, action, params):

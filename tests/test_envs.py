@@ -2,12 +2,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import TIME_LIMIT, rollout
 
 from heron import agents, envs
 from heron.agents import PPOConfig
 from heron.types import Experience, StepType
-
-from conftest import TIME_LIMIT, rollout
 
 FIRST, MID, LAST = StepType.FIRST, StepType.MID, StepType.LAST
 
@@ -44,7 +43,8 @@ def _value_targets(env_id, actions, gamma):
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs, axis=1), *steps)  # [B, T+1]
     values = 10.0 * stacked.observation[..., 0]
     experience = Experience.from_timestep(
-        stacked, jnp.zeros_like(stacked.step_type),
+        stacked,
+        jnp.zeros_like(stacked.step_type),
         extras={"value": values, "log_prob": jnp.zeros_like(values)},
     )
     batch = agent.preprocess(agent.init(jax.random.PRNGKey(0)), experience)
@@ -56,8 +56,7 @@ def test_truncation_bootstraps_from_final_observation(counting_env_id):
     targets, mask = _value_targets(counting_env_id, np.zeros((5, 1), np.int32), gamma)
     # Steps 0..2 are FIRST, MID, MID; step 3 is LAST (truncated, obs 3); step 4 is FIRST.
     np.testing.assert_allclose(targets[2], 1.0 + gamma * 10.0 * TIME_LIMIT, rtol=1e-6)
-    np.testing.assert_allclose(targets[:2], 1.0 + gamma * 10.0 * np.array([1.0, 2.0]),
-                               rtol=1e-6)
+    np.testing.assert_allclose(targets[:2], 1.0 + gamma * 10.0 * np.array([1.0, 2.0]), rtol=1e-6)
     assert mask.tolist() == [1, 1, 1, 0, 1]  # the LAST step's action was never executed
 
 

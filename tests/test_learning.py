@@ -10,13 +10,17 @@ from heron.training import RunConfig, build, train
 
 def _greedy_evals(run_dir):
     lines = [json.loads(line) for line in open(f"{run_dir}/metrics.jsonl")]
-    return [(e["step"], e["return_mean"]) for e in lines
-            if e["kind"] == "eval" and e["temperature"] == 0.0]
+    return [
+        (e["step"], e["return_mean"])
+        for e in lines
+        if e["kind"] == "eval" and e["temperature"] == 0.0
+    ]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("env, budget", [("gymnax:CartPole-v1", 100_000),
-                                         ("gym:CartPole-v1", 150_000)])
+@pytest.mark.parametrize(
+    "env, budget", [("gymnax:CartPole-v1", 100_000), ("gym:CartPole-v1", 150_000)]
+)
 def test_ppo_solves_cartpole(env, budget, tmp_path):
     run = RunConfig(env=env, steps=budget, seed=0)
     summary = train(build("ppo", PPOConfig(), run), str(tmp_path / "run"))

@@ -56,20 +56,22 @@ def test_gae_special_cases():
     td = rewards + discounts * values[1:] - values[:-1]
     np.testing.assert_allclose(ops.gae(rewards, discounts, values, 0.0), td, rtol=1e-6)
     returns = np.array([1.0 + 0.5 * (0.0 + 0.5 * 2.0), 0.0 + 0.5 * 2.0, 2.0])
-    np.testing.assert_allclose(ops.gae(rewards, discounts, values, 1.0), returns - values[:-1],
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        ops.gae(rewards, discounts, values, 1.0), returns - values[:-1], rtol=1e-6
+    )
 
 
 def test_gae_agrees_with_rlax_and_vmaps():
     key = jax.random.PRNGKey(3)
     rewards, discounts, values = (
-        jax.random.normal(k, shape) for k, shape in zip(jax.random.split(key, 3),
-                                                         [(5, 7), (5, 7), (5, 8)])
+        jax.random.normal(k, shape)
+        for k, shape in zip(jax.random.split(key, 3), [(5, 7), (5, 7), (5, 8)], strict=False)
     )
     discounts = jnp.abs(discounts)
     ours = jax.vmap(ops.gae, in_axes=(0, 0, 0, None))(rewards, discounts, values, 0.9)
-    theirs = jax.vmap(rlax.truncated_generalized_advantage_estimation,
-                      in_axes=(0, 0, None, 0))(rewards, discounts, 0.9, values)
+    theirs = jax.vmap(rlax.truncated_generalized_advantage_estimation, in_axes=(0, 0, None, 0))(
+        rewards, discounts, 0.9, values
+    )
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
 
 

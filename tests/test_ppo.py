@@ -38,10 +38,12 @@ def test_act_serves_every_action_space(space, action_shape, dtype, two_towers):
     action, carry, extras = agent.act(state, _timestep(5), (), jax.random.PRNGKey(2))
     assert action.shape == action_shape and action.dtype == dtype
     assert extras["log_prob"].shape == (5,) and extras["value"].shape == (5,)
-    greedy, _, _ = agent.act(state, _timestep(5), (), jax.random.PRNGKey(3), mode="predict",
-                             temperature=0.0)
-    again, _, _ = agent.act(state, _timestep(5), (), jax.random.PRNGKey(4), mode="predict",
-                            temperature=0.0)
+    greedy, _, _ = agent.act(
+        state, _timestep(5), (), jax.random.PRNGKey(3), mode="predict", temperature=0.0
+    )
+    again, _, _ = agent.act(
+        state, _timestep(5), (), jax.random.PRNGKey(4), mode="predict", temperature=0.0
+    )
     np.testing.assert_array_equal(greedy, again)  # temperature 0 is deterministic
 
 
@@ -59,13 +61,22 @@ def _batch(agent, state, n=64):
     from heron.agents.ppo import PPOBatch
 
     advantage = jnp.where(action == 1, 1.0, -1.0)
-    return PPOBatch(timestep.observation[None], action[None], extras["log_prob"][None],
-                    advantage[None], extras["value"][None] + 1.0, jnp.ones((1, n)))
+    return PPOBatch(
+        timestep.observation[None],
+        action[None],
+        extras["log_prob"][None],
+        advantage[None],
+        extras["value"][None] + 1.0,
+        jnp.ones((1, n)),
+    )
 
 
 def test_update_moves_policy_towards_positive_advantages():
-    agent = agents.make("ppo", _spec(gymnasium.spaces.Discrete(2)),
-                        PPOConfig(learning_rate=1e-2, entropy_weight=0.0))
+    agent = agents.make(
+        "ppo",
+        _spec(gymnasium.spaces.Discrete(2)),
+        PPOConfig(learning_rate=1e-2, entropy_weight=0.0),
+    )
     state = agent.init(jax.random.PRNGKey(0))
     batch = _batch(agent, state)
     probability = lambda s: jnp.mean(jax.nn.softmax(_logits(agent, s))[:, 1])
@@ -74,15 +85,25 @@ def test_update_moves_policy_towards_positive_advantages():
         state, metrics = agent.update(state, batch, jax.random.PRNGKey(0))
     assert probability(state) > before + 0.05
     assert int(state.update_step) == 10
-    assert set(metrics) >= {"loss/total", "loss/policy", "loss/value", "loss/entropy",
-                            "ppo/approx_kl", "ppo/clip_fraction"}
+    assert set(metrics) >= {
+        "loss/total",
+        "loss/policy",
+        "loss/value",
+        "loss/entropy",
+        "ppo/approx_kl",
+        "ppo/clip_fraction",
+    }
 
 
 def _logits(agent, state):
     from heron.networks import PolicyValueNet
 
-    net = PolicyValueNet(spec=agent.spec.action, hidden_sizes=agent.config.hidden_sizes,
-                         activation=agent.config.activation, two_towers=agent.config.two_towers)
+    net = PolicyValueNet(
+        spec=agent.spec.action,
+        hidden_sizes=agent.config.hidden_sizes,
+        activation=agent.config.activation,
+        two_towers=agent.config.two_towers,
+    )
     return net.apply(state.params, _timestep(64).observation)[0]
 
 

@@ -39,7 +39,11 @@ def test_box_is_continuous_not_discrete(space):
 def test_action_specs():
     multi = action_spec_from_space(gymnasium.spaces.MultiDiscrete([3, 3]))
     assert (multi.kind, multi.n_controls, multi.n_actions, multi.action_shape) == (
-        "discrete", 2, 3, (2,))
+        "discrete",
+        2,
+        3,
+        (2,),
+    )
     single = action_spec_from_space(gymnasium.spaces.Discrete(4))
     assert single.action_shape == () and single.n_actions == 4
     box = action_spec_from_space(gymnasium.spaces.Box(-2.0, 2.0, (1,)))

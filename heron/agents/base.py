@@ -15,7 +15,8 @@ is part of the algorithm; the driver executes it the same way for every agent.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from heron.specs import EnvSpec
 

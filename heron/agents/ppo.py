@@ -129,7 +129,11 @@ def make_ppo(spec: EnvSpec, config: PPOConfig) -> Agent:
         two_towers=config.two_towers,
         observation_ndim=len(spec.observation_shape),
     )
-    clip = [] if math.isinf(config.max_grad_norm) else [optax.clip_by_global_norm(config.max_grad_norm)]
+    clip = (
+        []
+        if math.isinf(config.max_grad_norm)
+        else [optax.clip_by_global_norm(config.max_grad_norm)]
+    )
     optimizer = optax.chain(*clip, optax.adam(config.learning_rate, eps=1e-5))
 
     def init(key) -> PPOState:

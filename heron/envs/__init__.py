@@ -8,7 +8,7 @@ GymEnv (host-stepped Gymnasium vector env). Both expose ``spec``, ``num_envs``, 
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from heron.envs.gym_env import GymEnv
 from heron.envs.jax_env import JaxEnv

@@ -13,8 +13,12 @@ class CheckpointError(ValueError):
 
 
 def _manager(run_dir: str, keep: int = 3) -> ocp.CheckpointManager:
-    options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, enable_async_checkpointing=False)
-    return ocp.CheckpointManager(os.path.abspath(os.path.join(run_dir, "checkpoints")), options=options)
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=keep, create=True, enable_async_checkpointing=False
+    )
+    return ocp.CheckpointManager(
+        os.path.abspath(os.path.join(run_dir, "checkpoints")), options=options
+    )
 
 
 class Checkpointer:

@@ -47,7 +47,9 @@ class RunConfig:
             f"eval_temperatures must be one or more values >= 0, got {self.eval_temperatures}",
         )
         check(self.save_every_n > 0, f"save_every_n must be > 0, got {self.save_every_n}")
-        check(self.keep_checkpoints > 0, f"keep_checkpoints must be > 0, got {self.keep_checkpoints}")
+        check(
+            self.keep_checkpoints > 0, f"keep_checkpoints must be > 0, got {self.keep_checkpoints}"
+        )
         for name in ("max_timestep", "max_timestep_eval"):
             value = getattr(self, name)
             check(value is None or value > 0, f"{name} must be > 0, got {value}")

@@ -78,7 +78,8 @@ def _check_schedule(agent: agents.Agent, num_envs: int) -> None:
         raise ConfigError(
             f"{schedule.mini_batch_size_field}={schedule.mini_batch_size} must divide the batch "
             f"of num_envs x unroll_length = {num_envs} x {schedule.unroll_length} = "
-            f"{batch_steps} steps" + (f" (e.g. {', '.join(map(str, divisors))})" if divisors else "")
+            f"{batch_steps} steps"
+            + (f" (e.g. {', '.join(map(str, divisors))})" if divisors else "")
         )
 
 
@@ -170,18 +171,36 @@ def train(setup: Setup, run_dir: str) -> dict:
             latest = (float(stats.return_sum) - previous[1]) / episodes if episodes else math.nan
             previous = (int(stats.completed), float(stats.return_sum))
             wall = time.monotonic() - start
-            logger.write({"kind": "train", "step": steps, "wall_s": wall, "seed": run.seed,
-                          "iteration": i + 1, "return_mean": latest, "episodes": episodes,
-                          **{k: float(v) for k, v in metrics.items()}})
+            logger.write(
+                {
+                    "kind": "train",
+                    "step": steps,
+                    "wall_s": wall,
+                    "seed": run.seed,
+                    "iteration": i + 1,
+                    "return_mean": latest,
+                    "episodes": episodes,
+                    **{k: float(v) for k, v in metrics.items()},
+                }
+            )
             last = i + 1 == setup.iterations
             if (i + 1) % run.eval_every_n == 0 or last:
-                results = evaluate(state.agent_state,
-                                   jax.random.fold_in(eval_key, i), run.eval_temperatures)
+                results = evaluate(
+                    state.agent_state, jax.random.fold_in(eval_key, i), run.eval_temperatures
+                )
                 for result in results:
-                    logger.write({"kind": "eval", "step": steps, "wall_s": time.monotonic() - start,
-                                  "seed": run.seed, "temperature": result.temperature,
-                                  "return_mean": result.mean, "return_std": result.std,
-                                  "episodes": len(result.returns)})
+                    logger.write(
+                        {
+                            "kind": "eval",
+                            "step": steps,
+                            "wall_s": time.monotonic() - start,
+                            "seed": run.seed,
+                            "temperature": result.temperature,
+                            "return_mean": result.mean,
+                            "return_std": result.std,
+                            "episodes": len(result.returns),
+                        }
+                    )
                 evals.append(next(r.mean for r in results if r.temperature == greedy))
             if (i + 1) % run.save_every_n == 0 or last:
                 checkpointer.save(i + 1, state)

@@ -10,11 +10,11 @@ import typing
 import jax
 
 from heron import agents, envs
+from heron.replay import make_replay
 from heron.training import checkpoints
 from heron.training.config import RunConfig
 from heron.training.evaluation import make_evaluate
 from heron.training.loop import init_train_state
-from heron.replay import make_replay
 
 
 class RunDirError(ValueError):
@@ -29,7 +29,9 @@ def _coerce(config_type, values: dict):
         if name not in hints:
             raise RunDirError(f"unknown field {name!r} for {config_type.__name__} in config.json")
         origin = typing.get_origin(hints[name])
-        if isinstance(value, list) and (origin is tuple or isinstance(hints[name], types.UnionType)):
+        if isinstance(value, list) and (
+            origin is tuple or isinstance(hints[name], types.UnionType)
+        ):
             value = tuple(value)
         kwargs[name] = value
     return config_type(**kwargs)

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from heron.agents.base import Agent
+from heron.types import StepType
 
 
 class EvalResult(NamedTuple):
@@ -79,7 +80,7 @@ def make_host_evaluate(agent: Agent, eval_env):
             action, carry, key = predict(agent_state, timestep, carry, key, temperature)
             _, timestep = eval_env.step(None, jax.device_get(action))
             returns += np.where(alive, timestep.reward, 0.0)
-            alive &= timestep.step_type != 2
+            alive &= timestep.step_type != StepType.LAST
         return returns
 
     return evaluate
@@ -90,7 +91,8 @@ def make_evaluate(agent: Agent, eval_env):
 
     def run(agent_state, key, temperatures) -> list[EvalResult]:
         results = []
-        for temperature, temp_key in zip(temperatures, jax.random.split(key, len(temperatures))):
+        keys = jax.random.split(key, len(temperatures))
+        for temperature, temp_key in zip(temperatures, keys, strict=True):
             returns = evaluate(agent_state, temp_key, jnp.float32(temperature))
             results.append(EvalResult(float(temperature), np.asarray(returns)))
         return results

@@ -64,7 +64,8 @@ class Progress:
         self._last_line = 0.0
         self._bar = None
         if sys.stderr.isatty():
-            from rich.progress import BarColumn, Progress as RichProgress, TextColumn, TimeRemainingColumn
+            from rich.progress import BarColumn, TextColumn, TimeRemainingColumn
+            from rich.progress import Progress as RichProgress
 
             self._bar = RichProgress(
                 TextColumn("[bold]train"),

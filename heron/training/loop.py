@@ -160,8 +160,14 @@ def make_jax_iteration(agent: Agent, env, replay):
 
     def iteration(state: TrainState):
         key, collect_key, learn_key = jax.random.split(state.key, 3)
-        carry = (state.agent_state, state.env_state, state.pending, state.carry, state.stats,
-                 collect_key)
+        carry = (
+            state.agent_state,
+            state.env_state,
+            state.pending,
+            state.carry,
+            state.stats,
+            collect_key,
+        )
         (_, env_state, pending, agent_carry, stats, _), steps = jax.lax.scan(
             env_step, carry, length=unroll_length
         )
@@ -197,8 +203,9 @@ def init_train_state(agent: Agent, env, replay, key) -> TrainState:
         carry = agent.initial_carry(env.num_envs)
         pending, carry = act_and_record(agent, agent_state, timestep, carry, act_key)
         example = jax.tree.map(
-            lambda x: jnp.zeros((x.shape[0], agent.schedule.unroll_length + 1) + x.shape[1:],
-                                x.dtype),
+            lambda x: jnp.zeros(
+                (x.shape[0], agent.schedule.unroll_length + 1) + x.shape[1:], x.dtype
+            ),
             pending,
         )
         return TrainState(
