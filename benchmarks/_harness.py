@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -34,6 +35,7 @@ class ChildResult:
     payload: dict[str, Any] | None
     error: str | None = None
     busy_before: float | None = None
+    other_during: float | None = None
     stderr_tail: str = field(default="", repr=False)
 
     @property
@@ -47,6 +49,7 @@ class ChildResult:
             "wall_s": self.wall_s,
             "returncode": self.returncode,
             "cpu_busy_before": self.busy_before,
+            "cpu_other_during": self.other_during,
             "result": self.payload,
         }
         if self.error:
@@ -99,6 +102,37 @@ def cpu_busy_fraction(interval_s: float = 0.5) -> float | None:
     return (busy1 - busy0) / max(total1 - total0, 1)
 
 
+class OtherLoad:
+    """Measures the CPU share used by processes other than our children.
+
+    Busy time of the whole machine (/proc/stat) minus the CPU time of the
+    children that finished in between (``resource.RUSAGE_CHILDREN``), as a
+    fraction of all CPUs over the interval. None off Linux.
+    """
+
+    def __init__(self) -> None:
+        try:
+            self._machine = _cpu_times()
+        except (OSError, ValueError, IndexError):
+            self._machine = None
+        self._children = self._children_cpu_s()
+
+    @staticmethod
+    def _children_cpu_s() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+    def fraction(self) -> float | None:
+        if self._machine is None:
+            return None
+        busy, total = _cpu_times()
+        hz = os.sysconf("SC_CLK_TCK")
+        machine_busy_s = (busy - self._machine[0]) / hz
+        span_s = (total - self._machine[1]) / hz  # wall time x number of CPUs
+        children_s = self._children_cpu_s() - self._children
+        return max(0.0, machine_busy_s - children_s) / span_s if span_s > 0 else None
+
+
 def wait_for_idle(max_wait_s: float, threshold: float) -> float | None:
     """Wait up to ``max_wait_s`` for other load to drop below ``threshold``.
 
@@ -119,6 +153,7 @@ def run_timed(
     ``env`` holds variables added to this process's environment for the child.
     """
     busy = cpu_busy_fraction()
+    other = OtherLoad()
     start = time.perf_counter()
     try:
         proc = subprocess.run(
@@ -133,19 +168,32 @@ def run_timed(
     except subprocess.TimeoutExpired as exc:
         wall = time.perf_counter() - start
         stderr = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        error = f"timed out after {timeout_s:.0f} s"
         return ChildResult(
-            argv, wall, None, None, f"timed out after {timeout_s:.0f} s", busy, _tail(stderr)
+            argv, wall, None, None, error, busy_before=busy, stderr_tail=_tail(stderr)
         )
     except OSError as exc:
-        return ChildResult(argv, time.perf_counter() - start, None, None, str(exc), busy)
+        return ChildResult(
+            argv, time.perf_counter() - start, None, None, str(exc), busy_before=busy
+        )
     wall = time.perf_counter() - start
+    other_during = other.fraction()
     payload = last_json_line(proc.stdout)
     error = None
     if proc.returncode != 0:
         error = f"exit status {proc.returncode}"
     elif payload is None:
         error = "last stdout line is not a JSON object"
-    return ChildResult(argv, wall, proc.returncode, payload, error, busy, _tail(proc.stderr))
+    return ChildResult(
+        argv,
+        wall,
+        proc.returncode,
+        payload,
+        error,
+        busy_before=busy,
+        other_during=other_during,
+        stderr_tail=_tail(proc.stderr),
+    )
 
 
 def _requirements_digest(requirements: Path) -> str:

@@ -79,10 +79,10 @@ def log(message: str) -> None:
 def record_run(runs: dict, name: str, label: str, child: ChildResult) -> dict | None:
     """Store ``child`` under ``runs[name]``, print one progress line, return its payload."""
     runs[name] = child.to_json()
-    busy = child.busy_before
+    busy = max(child.busy_before or 0.0, child.other_during or 0.0)
     note = ""
-    if busy is not None and busy > BUSY_WARNING:
-        note = f"  [warning: CPUs {busy:.0%} busy before start; timing disturbed]"
+    if busy > BUSY_WARNING:
+        note = f"  [warning: other processes used up to {busy:.0%} of the CPUs; timing disturbed]"
     if child.ok:
         log(f"  {label:<34} {child.wall_s:8.1f} s{note}")
         return child.payload

@@ -148,7 +148,7 @@ def train(setup: Setup, run_dir: str) -> dict:
         iteration = jax.jit(make_jax_iteration(agent, env, setup.replay), donate_argnums=0)
     else:
         iteration = make_host_iteration(agent, env, setup.replay)
-    evaluate = make_evaluate(agent, setup.eval_env)
+    evaluate = make_evaluate(agent, setup.eval_env, run.eval_temperatures)
     eval_key = jax.random.fold_in(jax.random.PRNGKey(run.seed), 1)
     checkpointer = checkpoints.Checkpointer(run_dir, run.keep_checkpoints)
     logger = RunLogger(run_dir, setup.iterations * setup.steps_per_iteration)
@@ -185,9 +185,7 @@ def train(setup: Setup, run_dir: str) -> dict:
             )
             last = i + 1 == setup.iterations
             if (i + 1) % run.eval_every_n == 0 or last:
-                results = evaluate(
-                    state.agent_state, jax.random.fold_in(eval_key, i), run.eval_temperatures
-                )
+                results = evaluate(state.agent_state, jax.random.fold_in(eval_key, i))
                 for result in results:
                     logger.write(
                         {

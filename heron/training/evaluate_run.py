@@ -66,9 +66,8 @@ def evaluate_run(run_dir: str, episodes: int, temperature: float) -> dict:
         template = template._replace(env_state=None)
     state, step = checkpoints.restore(run_dir, template)
     eval_env = envs.make(run.env, episodes, run.max_timestep_eval)
-    evaluate = make_evaluate(agent, eval_env)
-    key = jax.random.fold_in(jax.random.PRNGKey(run.seed), 2)
-    (result,) = evaluate(state.agent_state, key, (temperature,))
+    evaluate = make_evaluate(agent, eval_env, (temperature,))
+    (result,) = evaluate(state.agent_state, jax.random.fold_in(jax.random.PRNGKey(run.seed), 2))
     from heron.training.driver import params_digest
 
     return {

@@ -29,7 +29,8 @@ class EvalResult(NamedTuple):
 
 
 def make_jax_evaluate(agent: Agent, eval_env):
-    """(agent_state, key, temperature) -> returns [n]; compiled, stops when all episodes end."""
+    """(agent_state, keys [K], temperatures [K]) -> returns [K, n]: every temperature's
+    episodes in one compiled loop that stops when all episodes have ended."""
     max_steps = eval_env.spec.max_episode_steps
 
     def evaluate(agent_state, key, temperature):
@@ -56,45 +57,56 @@ def make_jax_evaluate(agent: Agent, eval_env):
         loop = (env_state, timestep, carry, returns, alive, key, jnp.zeros((), jnp.int32))
         return jax.lax.while_loop(cond, body, loop)[3]
 
-    return jax.jit(evaluate)
+    return jax.jit(jax.vmap(evaluate, in_axes=(None, 0, 0)))
 
 
-def make_host_evaluate(agent: Agent, eval_env):
-    """The same for a Gymnasium env, stepped on the host."""
+def make_host_evaluate(agent: Agent, eval_env, n_temperatures: int):
+    """The same for a Gymnasium env stepped on the host: one vector env of K x n envs, the
+    k-th group of n acting at the k-th temperature."""
+    n = eval_env.num_envs
+    group_env = eval_env.with_num_envs(n * n_temperatures)
+
+    def act_group(agent_state, timestep, carry, key, temperature):
+        action, carry, _ = agent.act(
+            agent_state, timestep, carry, key, mode="predict", temperature=temperature
+        )
+        return action, carry
 
     @jax.jit
-    def predict(agent_state, timestep, carry, key, temperature):
-        key, act_key = jax.random.split(key)
-        action, carry, _ = agent.act(
-            agent_state, timestep, carry, act_key, mode="predict", temperature=temperature
+    def predict(agent_state, timestep, carry, keys, temperatures):
+        grouped = jax.tree.map(lambda x: x.reshape((n_temperatures, n) + x.shape[1:]), timestep)
+        split = jax.vmap(jax.random.split)(keys)
+        action, carry = jax.vmap(act_group, in_axes=(None, 0, 0, 0, 0))(
+            agent_state, grouped, carry, split[:, 1], temperatures
         )
-        return action, carry, key
+        return action.reshape((n_temperatures * n,) + action.shape[2:]), carry, split[:, 0]
 
-    def evaluate(agent_state, key, temperature):
-        reset_key, key = jax.random.split(key)
-        _, timestep = eval_env.reset(reset_key)
-        carry = agent.initial_carry(eval_env.num_envs)
-        returns = np.zeros(eval_env.num_envs, np.float64)
-        alive = np.ones(eval_env.num_envs, bool)
+    def evaluate(agent_state, keys, temperatures):
+        _, timestep = group_env.reset(keys[0])
+        carry = jax.vmap(lambda _: agent.initial_carry(n))(jnp.arange(n_temperatures))
+        returns = np.zeros(n * n_temperatures, np.float64)
+        alive = np.ones(n * n_temperatures, bool)
         while alive.any():
-            action, carry, key = predict(agent_state, timestep, carry, key, temperature)
-            _, timestep = eval_env.step(None, jax.device_get(action))
+            action, carry, keys = predict(agent_state, timestep, carry, keys, temperatures)
+            _, timestep = group_env.step(None, jax.device_get(action))
             returns += np.where(alive, timestep.reward, 0.0)
             alive &= timestep.step_type != StepType.LAST
-        return returns
+        return returns.reshape(n_temperatures, n)
 
     return evaluate
 
 
-def make_evaluate(agent: Agent, eval_env):
-    evaluate = (make_jax_evaluate if eval_env.is_jax else make_host_evaluate)(agent, eval_env)
+def make_evaluate(agent: Agent, eval_env, temperatures) -> callable:
+    """(agent_state, key) -> one EvalResult per temperature (``eval_env.num_envs`` episodes)."""
+    temperatures = tuple(float(t) for t in temperatures)
+    if eval_env.is_jax:
+        evaluate = make_jax_evaluate(agent, eval_env)
+    else:
+        evaluate = make_host_evaluate(agent, eval_env, len(temperatures))
 
-    def run(agent_state, key, temperatures) -> list[EvalResult]:
-        results = []
+    def run(agent_state, key) -> list[EvalResult]:
         keys = jax.random.split(key, len(temperatures))
-        for temperature, temp_key in zip(temperatures, keys, strict=True):
-            returns = evaluate(agent_state, temp_key, jnp.float32(temperature))
-            results.append(EvalResult(float(temperature), np.asarray(returns)))
-        return results
+        returns = np.asarray(evaluate(agent_state, keys, jnp.asarray(temperatures, jnp.float32)))
+        return [EvalResult(t, r) for t, r in zip(temperatures, returns, strict=True)]
 
     return run
