@@ -20,7 +20,9 @@ import sys
 import tyro
 
 USAGE = """usage: heron train ALGO [options] [--ALGO.FIELD VALUE ...]
+       heron train --resume RUN_DIR [--steps N]
        heron eval RUN_DIR [--episodes N] [--temperature T]
+       heron plot RUN_DIR [RUN_DIR ...] --out FILE.png [--temperatures T ...]
 run `heron train ALGO --help` for every option of an algorithm"""
 
 
@@ -84,7 +86,25 @@ def _parse_train(argv: list[str]):
     return algo, agent_config, _checked(RunConfig, args)
 
 
+@dataclasses.dataclass(frozen=True)
+class ResumeArgs:
+    """Continue a run from its latest checkpoint."""
+
+    resume: str
+    """The run directory to continue."""
+    steps: int | None = None
+    """A new step budget (default: the run's configured steps)."""
+
+
 def cmd_train(argv: list[str]) -> dict:
+    if argv and argv[0].startswith("--resume"):
+        args = tyro.cli(ResumeArgs, args=argv, prog="heron train")
+        if args.steps is not None and args.steps <= 0:
+            raise UsageError(f"--steps must be > 0, got {args.steps}")
+        configure_compile_cache()
+        from heron.training import resume
+
+        return resume(args.resume, args.steps)
     algo, agent_config, run = _parse_train(argv)
     configure_compile_cache()
     from heron.training import build, driver, train
@@ -118,7 +138,26 @@ def cmd_eval(argv: list[str]) -> dict:
     return evaluate_run(args.run_dir, args.episodes, args.temperature)
 
 
-COMMANDS = {"train": cmd_train, "eval": cmd_eval}
+@dataclasses.dataclass(frozen=True)
+class PlotArgs:
+    """Plot learning curves of one or more runs."""
+
+    run_dirs: tyro.conf.Positional[tuple[str, ...]]
+    """Run directories written by `heron train`."""
+    out: str = "curves.png"
+    """The PNG file to write."""
+    temperatures: tuple[float, ...] | None = None
+    """Only these evaluation temperatures (default: all)."""
+
+
+def cmd_plot(argv: list[str]) -> dict:
+    args = tyro.cli(PlotArgs, args=argv, prog="heron plot")
+    from heron.plotting import plot_runs
+
+    return plot_runs(list(args.run_dirs), args.out, args.temperatures)
+
+
+COMMANDS = {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -125,16 +125,15 @@ def test_refuses_a_non_empty_run_dir(tmp_path):
     assert (tmp_path / "x").read_text() == "keep me"
 
 
-def test_host_mode_compiles_act_and_learn_once(tmp_path):
-    from heron.training.loop import init_train_state, make_host_iteration
+def test_host_mode_compiles_act_and_learn_once():
+    from heron.training.driver import _seed_keys
 
     setup = build("ppo", SMALL_PPO, small_run(env="gym:CartPole-v1"))
-    state = init_train_state(setup.agent, setup.env, setup.replay, jax.random.PRNGKey(0))
-    state = state._replace(env_state=None)
-    iteration = make_host_iteration(setup.agent, setup.env, setup.replay)
+    program = setup.program()
+    state = program.init(_seed_keys([0]))
     for _ in range(3):
-        state, _ = iteration(state)
-    assert iteration.compiled_sizes() == (1, 1)  # act_step, finish: one program each
+        state, _ = program.iteration(state)
+    assert program.compiled_sizes() == (1, 1)  # act_step, finish: one program each
 
 
 def test_non_finite_loss_stops_training_and_writes_no_checkpoint(tmp_path):

@@ -29,7 +29,7 @@ from heron.types import Experience, StepType, TimeStep
 class PPOConfig:
     """PPO hyperparameters. Defaults solve CartPole-v1 in under 100k steps."""
 
-    learning_rate: float = 1e-3
+    learning_rate: float = 2e-3
     """Adam step size."""
     gamma: float = 0.99
     """Reward discount factor, in [0, 1]."""
@@ -45,9 +45,9 @@ class PPOConfig:
     """Normalise advantages to zero mean and unit std within each mini-batch."""
     max_grad_norm: float = 0.5
     """Global-norm gradient clipping; inf disables it."""
-    unroll_length: int = 64
+    unroll_length: int = 32
     """Environment steps collected per environment per iteration."""
-    n_optimizer_steps: int = 8
+    n_optimizer_steps: int = 4
     """Passes (epochs) over each iteration's batch."""
     optimizer_batch_size: int = 256
     """Steps per mini-batch; must divide num_envs x unroll_length."""

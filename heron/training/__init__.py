@@ -1,6 +1,6 @@
 """The driver, evaluation, checkpoints and logs."""
 
 from heron.training.config import RunConfig
-from heron.training.driver import Setup, TrainingError, build, params_digest, train
+from heron.training.driver import Setup, TrainingError, build, params_digest, resume, train
 
-__all__ = ["RunConfig", "Setup", "TrainingError", "build", "params_digest", "train"]
+__all__ = ["RunConfig", "Setup", "TrainingError", "build", "params_digest", "resume", "train"]

@@ -17,7 +17,9 @@ class RunConfig:
     """Environment steps to train for (rounded up to whole iterations)."""
     seed: int = 0
     """Random seed; the same seed gives the same parameters on CPU."""
-    num_envs: int = 16
+    seeds: int = 1
+    """Independent runs (seeds seed, seed+1, ...) vmapped into one program (JAX envs)."""
+    num_envs: int = 32
     """Environments stepped in parallel."""
     run_dir: str | None = None
     """Where to write the run; default runs/<algo>_<env>_<time>."""
@@ -27,12 +29,16 @@ class RunConfig:
     """Evaluation episodes per temperature."""
     eval_temperatures: tuple[float, ...] = (1.0, 0.5, 0.0)
     """Sampling temperatures to evaluate at; 0 is greedy."""
+    separate_eval: bool = True
+    """Evaluate on a separate env; False reports training episodes as temperature 1.0."""
     max_timestep: int | None = None
     """Training episode time limit (truncation); default the env's own."""
     max_timestep_eval: int | None = None
     """Evaluation episode time limit; default the env's own."""
     save_every_n: int = 100
-    """Checkpoint every n iterations (and always at the end)."""
+    """Checkpoint every n iterations, once enough episodes ended; always at the end."""
+    done_frac_for_policy_save: float = 0.5
+    """Fraction of num_envs x seeds episodes that must end between two saves (Trax's rule)."""
     keep_checkpoints: int = 3
     """How many of the latest checkpoints to keep."""
 
@@ -40,6 +46,11 @@ class RunConfig:
         check(self.steps > 0, f"steps must be > 0, got {self.steps}")
         check(self.num_envs > 0, f"num_envs must be > 0, got {self.num_envs}")
         check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
+        check(self.seeds >= 1, f"seeds must be >= 1, got {self.seeds}")
+        check(
+            self.done_frac_for_policy_save >= 0,
+            f"done_frac_for_policy_save must be >= 0, got {self.done_frac_for_policy_save}",
+        )
         check(self.eval_every_n > 0, f"eval_every_n must be > 0, got {self.eval_every_n}")
         check(self.n_evals > 0, f"n_evals must be > 0, got {self.n_evals}")
         check(

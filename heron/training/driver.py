@@ -1,11 +1,13 @@
 """The training driver: one loop for every agent and both kinds of environment.
 
-    summary = train("ppo", PPOConfig(), RunConfig(env="gymnax:CartPole-v1"))
+    setup = build("ppo", PPOConfig(), RunConfig(env="gymnax:CartPole-v1"))
+    summary = train(setup, "runs/cartpole")       # the final JSON line's fields
+    summary = resume("runs/cartpole")             # continue from the latest checkpoint
 
 Each iteration collects ``unroll_length`` steps from ``num_envs`` environments, replays them
 and runs the agent's mini-batch updates (see ``loop.py``); evaluation, logging and
-checkpoints follow on their schedules. Everything a user can get wrong is checked before
-the run directory is touched.
+checkpoints follow on their schedules. ``seeds`` independent runs share one compiled
+program. Everything a user can get wrong is checked before the run directory is touched.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import hashlib
 import json
 import math
 import os
+import sys
 import time
 from typing import Any
 
@@ -27,9 +30,8 @@ from heron.agents.base import ConfigError
 from heron.replay import make_replay
 from heron.training import checkpoints
 from heron.training.config import RunConfig
-from heron.training.evaluation import make_evaluate
 from heron.training.logging import RunLogger
-from heron.training.loop import init_train_state, make_host_iteration, make_jax_iteration
+from heron.training.loop import Program, TrainState, make_program
 
 
 class TrainingError(RuntimeError):
@@ -63,6 +65,15 @@ class Setup:
     def steps_per_iteration(self) -> int:
         return self.agent.schedule.unroll_length * self.run.num_envs
 
+    @property
+    def seeds(self) -> list[int]:
+        return [self.run.seed + k for k in range(self.run.seeds)]
+
+    def program(self) -> Program:
+        return make_program(
+            self.agent, self.env, self.eval_env, self.replay, self.run.eval_temperatures
+        )
+
 
 def _check_schedule(agent: agents.Agent, num_envs: int) -> None:
     schedule = agent.schedule
@@ -75,11 +86,11 @@ def _check_schedule(agent: agents.Agent, num_envs: int) -> None:
     sequences = batch_steps // schedule.mini_batch_length
     if sequences % schedule.mini_batch_size:
         divisors = [d for d in (32, 64, 128, 256, 512, 1024) if sequences % d == 0]
+        hint = f" (e.g. {', '.join(map(str, divisors))})" if divisors else ""
         raise ConfigError(
             f"{schedule.mini_batch_size_field}={schedule.mini_batch_size} must divide the batch "
             f"of num_envs x unroll_length = {num_envs} x {schedule.unroll_length} = "
-            f"{batch_steps} steps"
-            + (f" (e.g. {', '.join(map(str, divisors))})" if divisors else "")
+            f"{batch_steps} steps{hint}"
         )
 
 
@@ -87,6 +98,11 @@ def build(algo: str, agent_config, run: RunConfig) -> Setup:
     """Validates and builds a run: environments, agent, replay. Writes nothing."""
     agents.config_class(algo)  # unknown algorithm: a clear error first
     env = envs.make(run.env, run.num_envs, run.max_timestep)
+    if run.seeds > 1 and not env.is_jax:
+        raise ConfigError(
+            f"seeds={run.seeds} needs a JAX environment (gymnax:<id> or heron:<id>) to vmap "
+            f"the runs into one program; {run.env!r} steps on the host: use seeds=1"
+        )
     eval_env = envs.make(run.env, run.n_evals, run.max_timestep_eval)
     agent = agents.make(algo, env.spec, agent_config)
     _check_schedule(agent, run.num_envs)
@@ -101,121 +117,283 @@ def default_run_dir(algo: str, env_id: str) -> str:
     return os.path.join("runs", f"{algo}_{env_id.replace(':', '-')}_{stamp}")
 
 
-def prepare_run_dir(run_dir: str) -> None:
-    if os.path.exists(run_dir) and os.listdir(run_dir):
-        raise ConfigError(
-            f"run dir {run_dir!r} already exists and is not empty; choose another --run-dir "
-            "(or remove it)"
-        )
-    os.makedirs(run_dir, exist_ok=True)
-
-
 def config_record(setup: Setup) -> dict:
+    from heron import __version__
+
     return {
         "algo": setup.algo,
         "run": dataclasses.asdict(setup.run),
         setup.algo: dataclasses.asdict(setup.agent_config),
-        "heron_version": _version(),
+        "heron_version": __version__,
     }
 
 
-def _version() -> str:
-    from heron import __version__
-
-    return __version__
-
-
-def _finite_or_raise(metrics: dict, step: int, run_dir: str) -> None:
-    bad = [k for k, v in metrics.items() if not np.all(np.isfinite(v))]
-    if bad:
-        raise TrainingError(
-            f"non-finite {', '.join(bad)} at step {step}; training stopped, the last good "
-            f"checkpoint in {os.path.join(run_dir, 'checkpoints')!r} is kept"
-        )
+def _seed_keys(seeds: list[int], stream: int | None = None):
+    keys = [jax.random.PRNGKey(seed) for seed in seeds]
+    if stream is not None:
+        keys = [jax.random.fold_in(key, stream) for key in keys]
+    return jax.numpy.stack(keys)
 
 
-def train(setup: Setup, run_dir: str) -> dict:
-    """Runs a validated setup to its configured steps; returns the summary (final JSON line)."""
-    start = time.monotonic()
-    run = setup.run
-    prepare_run_dir(run_dir)
-    with open(os.path.join(run_dir, "config.json"), "w") as f:
-        json.dump(config_record(setup), f, indent=2)
+class _Loop:
+    """The host side of a run: schedules, logs, checkpoints and the summary."""
 
-    agent, env = setup.agent, setup.env
-    state = init_train_state(agent, env, setup.replay, jax.random.PRNGKey(run.seed))
-    if env.is_jax:
-        iteration = jax.jit(make_jax_iteration(agent, env, setup.replay), donate_argnums=0)
-    else:
-        iteration = make_host_iteration(agent, env, setup.replay)
-    evaluate = make_evaluate(agent, setup.eval_env, run.eval_temperatures)
-    eval_key = jax.random.fold_in(jax.random.PRNGKey(run.seed), 1)
-    checkpointer = checkpoints.Checkpointer(run_dir, run.keep_checkpoints)
-    logger = RunLogger(run_dir, setup.iterations * setup.steps_per_iteration)
-    greedy = min(run.eval_temperatures)
-    evals: list[float] = []
-    train_time, timed_steps = 0.0, 0
-    previous = (0, 0.0)  # completed episodes and their return sum at the last log
-    try:
-        for i in range(setup.iterations):
-            tick = time.monotonic()
-            state, metrics = iteration(state)
-            metrics = jax.device_get(metrics)
-            stats, steps = jax.device_get((state.stats, state.env_steps))
-            steps = int(steps)
-            if i > 0:  # the first iteration includes compilation
-                train_time += time.monotonic() - tick
-                timed_steps += setup.steps_per_iteration
-            _finite_or_raise(metrics, steps, run_dir)
-            episodes = int(stats.completed) - previous[0]
-            latest = (float(stats.return_sum) - previous[1]) / episodes if episodes else math.nan
-            previous = (int(stats.completed), float(stats.return_sum))
-            wall = time.monotonic() - start
-            logger.write(
+    def __init__(self, setup: Setup, run_dir: str, program: Program, wall_offset: float = 0.0):
+        self.setup, self.run_dir, self.program = setup, run_dir, program
+        run = setup.run
+        self.start = time.monotonic() - wall_offset
+        self.eval_keys = _seed_keys(setup.seeds, stream=1)
+        self.greedy_index = int(np.argmin(run.eval_temperatures))
+        self.greedy_history: list[np.ndarray] = []  # [K] greedy returns per evaluation
+        self.train_time, self.timed_steps = 0.0, 0
+        self.checkpointer = checkpoints.Checkpointer(run_dir, run.keep_checkpoints)
+        self.logger = RunLogger(run_dir, setup.iterations * setup.steps_per_iteration)
+
+    def wall(self) -> float:
+        return time.monotonic() - self.start
+
+    def run(self, state: TrainState) -> TrainState:
+        setup, run = self.setup, self.setup.run
+        first = int(state.iteration[0])
+        stats = jax.device_get(state.stats)
+        self.logged = (stats.completed, stats.return_sum, stats.return_sq_sum)
+        self.evaluated = self.logged
+        self.saved_completed = int(np.sum(stats.completed))
+        try:
+            for i in range(first, setup.iterations):
+                tick = time.monotonic()
+                state, metrics = self.program.iteration(state)
+                metrics, stats = jax.device_get((metrics, state.stats))
+                if i > first:  # the first iteration of a process includes compilation
+                    self.train_time += time.monotonic() - tick
+                    self.timed_steps += setup.steps_per_iteration * run.seeds
+                steps = (i + 1) * setup.steps_per_iteration
+                self._check_finite(metrics, steps)
+                self._log_train(i + 1, steps, metrics, stats)
+                last = i + 1 == setup.iterations
+                if (i + 1) % run.eval_every_n == 0 or last:
+                    self._evaluate(state, i, steps, stats)
+                self._maybe_save(i + 1, state, stats, last)
+                self._progress(steps)
+        finally:
+            self.logger.close()
+            self.checkpointer.close()
+        return state
+
+    def _check_finite(self, metrics: dict, steps: int) -> None:
+        bad = [k for k, v in metrics.items() if not np.all(np.isfinite(v))]
+        if bad:
+            raise TrainingError(
+                f"non-finite {', '.join(bad)} at step {steps}; training stopped, the last good "
+                f"checkpoint in {os.path.join(self.run_dir, 'checkpoints')!r} is kept"
+            )
+
+    @staticmethod
+    def _episode_summary(stats, since):
+        """Per seed: (episodes, mean return, std) of the episodes ended since ``since``."""
+        count = stats.completed - since[0]
+        total = stats.return_sum - since[1]
+        squares = stats.return_sq_sum - since[2]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+            std = np.sqrt(np.maximum(squares / np.maximum(count, 1) - mean**2, 0.0))
+        return count, mean, std
+
+    def _log_train(self, iteration: int, steps: int, metrics: dict, stats) -> None:
+        count, mean, _ = self._episode_summary(stats, self.logged)
+        self.logged = (stats.completed, stats.return_sum, stats.return_sq_sum)
+        self.latest_return = float(np.nanmean(mean)) if np.any(count > 0) else math.nan
+        wall = self.wall()
+        for k, seed in enumerate(self.setup.seeds):
+            self.logger.write(
                 {
                     "kind": "train",
                     "step": steps,
                     "wall_s": wall,
-                    "seed": run.seed,
-                    "iteration": i + 1,
-                    "return_mean": latest,
-                    "episodes": episodes,
-                    **{k: float(v) for k, v in metrics.items()},
+                    "seed": seed,
+                    "iteration": iteration,
+                    "return_mean": float(mean[k]),
+                    "episodes": int(count[k]),
+                    **{name: float(value[k]) for name, value in metrics.items()},
                 }
             )
-            last = i + 1 == setup.iterations
-            if (i + 1) % run.eval_every_n == 0 or last:
-                results = evaluate(state.agent_state, jax.random.fold_in(eval_key, i))
-                for result in results:
-                    logger.write(
-                        {
-                            "kind": "eval",
-                            "step": steps,
-                            "wall_s": time.monotonic() - start,
-                            "seed": run.seed,
-                            "temperature": result.temperature,
-                            "return_mean": result.mean,
-                            "return_std": result.std,
-                            "episodes": len(result.returns),
-                        }
-                    )
-                evals.append(next(r.mean for r in results if r.temperature == greedy))
-            if (i + 1) % run.save_every_n == 0 or last:
-                checkpointer.save(i + 1, state)
-            speed = timed_steps / train_time if train_time else steps / (time.monotonic() - start)
-            logger.progress(steps, speed, latest, evals[-1] if evals else None)
-    finally:
-        logger.close()
-        checkpointer.close()
-    wall = time.monotonic() - start
-    steps = int(state.env_steps)
-    return {
-        "run_dir": run_dir,
-        "steps": steps,
-        "wall_s": round(wall, 3),
-        "steps_per_s": round(steps / wall, 1),
-        "steps_per_s_after_compile": round(timed_steps / train_time, 1) if train_time else None,
-        "final_eval_return": evals[-1],
-        "best_eval_return": max(evals),
-        "params_digest": params_digest(agent.params(state.agent_state)),
-    }
+
+    def _evaluate(self, state: TrainState, index: int, steps: int, stats) -> None:
+        run = self.setup.run
+        if run.separate_eval:
+            keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(self.eval_keys, index)
+            returns = np.asarray(self.program.evaluate(state.agent_state, keys))  # [K, T, n]
+            temperatures = run.eval_temperatures
+            results = [
+                [(r.mean(), r.std(), r.size) for r in seed_returns] for seed_returns in returns
+            ]
+            greedy = returns[:, self.greedy_index].mean(axis=1)
+        else:  # Trax: the training episodes stand for the temperature-1.0 evaluation
+            count, mean, std = self._episode_summary(stats, self.evaluated)
+            self.evaluated = (stats.completed, stats.return_sum, stats.return_sq_sum)
+            temperatures = (1.0,)
+            results = [[(mean[k], std[k], int(count[k]))] for k in range(run.seeds)]
+            greedy = np.asarray(mean, np.float64)
+        wall = self.wall()
+        for seed, seed_results in zip(self.setup.seeds, results, strict=True):
+            for temperature, (mean, std, episodes) in zip(temperatures, seed_results, strict=True):
+                self.logger.write(
+                    {
+                        "kind": "eval",
+                        "step": steps,
+                        "wall_s": wall,
+                        "seed": seed,
+                        "temperature": float(temperature),
+                        "return_mean": float(mean),
+                        "return_std": float(std),
+                        "episodes": int(episodes),
+                    }
+                )
+        self.greedy_history.append(greedy)
+
+    def _maybe_save(self, iteration: int, state: TrainState, stats, last: bool) -> None:
+        run = self.setup.run
+        completed = int(np.sum(stats.completed))
+        enough = (
+            completed - self.saved_completed
+            >= run.done_frac_for_policy_save * run.num_envs * run.seeds
+        )
+        if last or (iteration % run.save_every_n == 0 and enough):
+            self.checkpointer.save(iteration, state)
+            self.saved_completed = completed
+
+    def _progress(self, steps: int) -> None:
+        if self.train_time:
+            speed = self.timed_steps / self.train_time
+        else:
+            speed = steps * self.setup.run.seeds / max(self.wall(), 1e-9)
+        greedy = float(np.mean(self.greedy_history[-1])) if self.greedy_history else None
+        self.logger.progress(steps, speed, self.latest_return, greedy)
+
+    def summary(self, state: TrainState) -> dict:
+        setup = self.setup
+        wall = self.wall()
+        steps = setup.iterations * setup.steps_per_iteration
+        history = np.asarray(self.greedy_history)  # [evaluations, K]
+        params = setup.agent.params(state.agent_state)
+        per_seed_params = [
+            jax.tree.map(lambda x, k=k: x[k], params) for k in range(setup.run.seeds)
+        ]
+        summary = {
+            "run_dir": self.run_dir,
+            "steps": steps,
+            "wall_s": round(wall, 3),
+            "steps_per_s": round(steps * setup.run.seeds / wall, 1),
+            "steps_per_s_after_compile": (
+                round(self.timed_steps / self.train_time, 1) if self.train_time else None
+            ),
+            "final_eval_return": _number(np.mean(history[-1])) if len(history) else None,
+            "best_eval_return": _number(np.max(history.mean(axis=1))) if len(history) else None,
+            "params_digest": params_digest(per_seed_params[0] if setup.run.seeds == 1 else params),
+        }
+        if setup.run.seeds > 1:
+            summary["per_seed"] = [
+                {
+                    "seed": seed,
+                    "final_eval_return": _number(history[-1, k]),
+                    "best_eval_return": _number(np.max(history[:, k])),
+                    "params_digest": params_digest(per_seed_params[k]),
+                }
+                for k, seed in enumerate(setup.seeds)
+            ]
+        return summary
+
+
+def _number(value) -> float | None:
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def train(setup: Setup, run_dir: str) -> dict:
+    """Runs a validated setup to its configured steps; returns the final JSON line's fields."""
+    if os.path.exists(run_dir) and os.listdir(run_dir):
+        raise ConfigError(
+            f"run dir {run_dir!r} already exists and is not empty; choose another --run-dir, "
+            "or continue it with `heron train --resume`"
+        )
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "config.json"), "w") as f:
+        json.dump(config_record(setup), f, indent=2)
+    program = setup.program()
+    loop = _Loop(setup, run_dir, program)
+    state = program.init(_seed_keys(setup.seeds))
+    state = loop.run(state)
+    return loop.summary(state)
+
+
+def resume(run_dir: str, steps: int | None = None) -> dict:
+    """Continues ``run_dir`` from its latest checkpoint to its configured ``steps`` (or to a new
+    budget ``steps``). With JAX environments on CPU the result equals the uninterrupted run's."""
+    from heron.training.evaluate_run import load_config
+
+    algo, agent_config, run = load_config(run_dir)
+    if steps is not None:
+        run = dataclasses.replace(run, steps=steps)
+    setup = build(algo, agent_config, run)
+    if checkpoints.latest_step(run_dir) is None:
+        raise checkpoints.CheckpointError(
+            f"cannot resume {run_dir!r}: it has no checkpoint yet (start it again instead)"
+        )
+    program = setup.program()
+    template = program.init(_seed_keys(setup.seeds))
+    state, iteration = checkpoints.restore(run_dir, template)
+    if iteration > setup.iterations:
+        raise ConfigError(
+            f"{run_dir!r} is already past {run.steps} steps (checkpoint at iteration "
+            f"{iteration}); pass a larger --steps to continue it"
+        )
+    records = _truncate_metrics(run_dir, iteration * setup.steps_per_iteration)
+    if steps is not None:
+        with open(os.path.join(run_dir, "config.json"), "w") as f:
+            json.dump(config_record(setup), f, indent=2)
+    wall_offset = max((r.get("wall_s") or 0.0 for r in records), default=0.0)
+    loop = _Loop(setup, run_dir, program, wall_offset)
+    loop.greedy_history = _greedy_history(records, setup)
+    if not setup.env.is_jax:
+        message = (
+            "Gymnasium environments cannot be saved in a checkpoint: their episodes "
+            "restart on resume"
+        )
+        print(f"heron: {message}", file=sys.stderr)
+        loop.logger.write(
+            {
+                "kind": "note",
+                "step": iteration * setup.steps_per_iteration,
+                "wall_s": wall_offset,
+                "message": message,
+            }
+        )
+        state = program.restart(state, jax.random.fold_in(jax.random.PRNGKey(run.seed), 3))
+    state = loop.run(state)
+    return loop.summary(state)
+
+
+def _truncate_metrics(run_dir: str, step: int) -> list[dict]:
+    """Drops the lines written after the checkpoint at ``step``; they will be written again."""
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    kept = [r for r in records if r.get("step", 0) <= step]
+    with open(path + ".tmp", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in kept)
+    os.replace(path + ".tmp", path)
+    return kept
+
+
+def _greedy_history(records: list[dict], setup: Setup) -> list[np.ndarray]:
+    greedy = min(setup.run.eval_temperatures) if setup.run.separate_eval else 1.0
+    by_step: dict[int, dict[int, float]] = {}
+    for r in records:
+        if r.get("kind") == "eval" and r.get("temperature") == greedy:
+            value = r["return_mean"]
+            by_step.setdefault(r["step"], {})[r["seed"]] = math.nan if value is None else value
+    return [
+        np.array([by_step[s].get(seed, math.nan) for seed in setup.seeds]) for s in sorted(by_step)
+    ]

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import types
 import typing
 
 import jax
+import numpy as np
 
-from heron import agents, envs
-from heron.replay import make_replay
+from heron import agents
 from heron.training import checkpoints
 from heron.training.config import RunConfig
-from heron.training.evaluation import make_evaluate
-from heron.training.loop import init_train_state
 
 
 class RunDirError(ValueError):
@@ -56,27 +55,32 @@ def load_config(run_dir: str):
 
 
 def evaluate_run(run_dir: str, episodes: int, temperature: float) -> dict:
-    """Evaluates the latest checkpoint of ``run_dir``; returns the JSON line's fields."""
-    algo, agent_config, run = load_config(run_dir)
-    env = envs.make(run.env, run.num_envs, run.max_timestep)
-    agent = agents.make(algo, env.spec, agent_config)
-    replay = make_replay(agent.schedule.replay)
-    template = init_train_state(agent, env, replay, jax.random.PRNGKey(run.seed))
-    if not env.is_jax:
-        template = template._replace(env_state=None)
-    state, step = checkpoints.restore(run_dir, template)
-    eval_env = envs.make(run.env, episodes, run.max_timestep_eval)
-    evaluate = make_evaluate(agent, eval_env, (temperature,))
-    (result,) = evaluate(state.agent_state, jax.random.fold_in(jax.random.PRNGKey(run.seed), 2))
-    from heron.training.driver import params_digest
+    """Evaluates the latest checkpoint of ``run_dir``; returns the JSON line's fields (with
+    several seeds: the mean over seeds, and ``per_seed``)."""
+    from heron.training.driver import _seed_keys, build, params_digest
 
-    return {
+    algo, agent_config, run = load_config(run_dir)
+    run = dataclasses.replace(run, n_evals=episodes, eval_temperatures=(temperature,))
+    setup = build(algo, agent_config, run)
+    program = setup.program()
+    state, step = checkpoints.restore(run_dir, program.init(_seed_keys(setup.seeds)))
+    returns = np.asarray(program.evaluate(state.agent_state, _seed_keys(setup.seeds, 2)))[:, 0]
+    params = setup.agent.params(state.agent_state)
+    per_seed = [jax.tree.map(lambda x, k=k: x[k], params) for k in range(run.seeds)]
+    result = {
         "run_dir": run_dir,
         "checkpoint": step,
-        "steps": int(state.env_steps),
+        "steps": step * setup.steps_per_iteration,
         "temperature": temperature,
-        "return_mean": result.mean,
-        "return_std": result.std,
+        "return_mean": float(returns.mean()),
+        "return_std": float(returns.std()),
         "episodes": episodes,
-        "params_digest": params_digest(agent.params(state.agent_state)),
+        "params_digest": params_digest(per_seed[0] if run.seeds == 1 else params),
     }
+    if run.seeds > 1:
+        result["per_seed"] = [
+            {"seed": seed, "return_mean": float(r.mean()), "return_std": float(r.std()),
+             "params_digest": params_digest(p)}
+            for seed, r, p in zip(setup.seeds, returns, per_seed, strict=True)
+        ]
+    return result

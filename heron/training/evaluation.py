@@ -5,8 +5,6 @@ Each evaluation env plays exactly one episode (to its LAST step); temperature 0 
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,23 +13,11 @@ from heron.agents.base import Agent
 from heron.types import StepType
 
 
-class EvalResult(NamedTuple):
-    temperature: float
-    returns: np.ndarray  # [n_evals]
-
-    @property
-    def mean(self) -> float:
-        return float(np.mean(self.returns))
-
-    @property
-    def std(self) -> float:
-        return float(np.std(self.returns))
-
-
-def make_jax_evaluate(agent: Agent, eval_env):
-    """(agent_state, keys [K], temperatures [K]) -> returns [K, n]: every temperature's
-    episodes in one compiled loop that stops when all episodes have ended."""
+def make_jax_evaluate(agent: Agent, eval_env, temperatures):
+    """(agent_state, key) -> returns [n_temperatures, n]: every temperature's episodes in one
+    pure loop (vmapped over temperatures) that stops when all episodes have ended."""
     max_steps = eval_env.spec.max_episode_steps
+    temperatures = jnp.asarray(temperatures, jnp.float32)
 
     def evaluate(agent_state, key, temperature):
         reset_key, key = jax.random.split(key)
@@ -57,12 +43,18 @@ def make_jax_evaluate(agent: Agent, eval_env):
         loop = (env_state, timestep, carry, returns, alive, key, jnp.zeros((), jnp.int32))
         return jax.lax.while_loop(cond, body, loop)[3]
 
-    return jax.jit(jax.vmap(evaluate, in_axes=(None, 0, 0)))
+    def evaluate_all(agent_state, key):
+        keys = jax.random.split(key, temperatures.shape[0])
+        return jax.vmap(evaluate, in_axes=(None, 0, 0))(agent_state, keys, temperatures)
+
+    return evaluate_all
 
 
-def make_host_evaluate(agent: Agent, eval_env, n_temperatures: int):
+def make_host_evaluate(agent: Agent, eval_env, temperatures):
     """The same for a Gymnasium env stepped on the host: one vector env of K x n envs, the
-    k-th group of n acting at the k-th temperature."""
+    k-th group of n acting at the k-th temperature. Returns a NumPy array [K, n]."""
+    n_temperatures = len(temperatures)
+    temperatures = jnp.asarray(temperatures, jnp.float32)
     n = eval_env.num_envs
     group_env = eval_env.with_num_envs(n * n_temperatures)
 
@@ -73,7 +65,7 @@ def make_host_evaluate(agent: Agent, eval_env, n_temperatures: int):
         return action, carry
 
     @jax.jit
-    def predict(agent_state, timestep, carry, keys, temperatures):
+    def predict(agent_state, timestep, carry, keys):
         grouped = jax.tree.map(lambda x: x.reshape((n_temperatures, n) + x.shape[1:]), timestep)
         split = jax.vmap(jax.random.split)(keys)
         action, carry = jax.vmap(act_group, in_axes=(None, 0, 0, 0, 0))(
@@ -81,32 +73,18 @@ def make_host_evaluate(agent: Agent, eval_env, n_temperatures: int):
         )
         return action.reshape((n_temperatures * n,) + action.shape[2:]), carry, split[:, 0]
 
-    def evaluate(agent_state, keys, temperatures):
-        _, timestep = group_env.reset(keys[0])
+    def evaluate(agent_state, key):
+        reset_key, key = jax.random.split(key)
+        _, timestep = group_env.reset(reset_key)
+        keys = jax.random.split(key, n_temperatures)
         carry = jax.vmap(lambda _: agent.initial_carry(n))(jnp.arange(n_temperatures))
         returns = np.zeros(n * n_temperatures, np.float64)
         alive = np.ones(n * n_temperatures, bool)
         while alive.any():
-            action, carry, keys = predict(agent_state, timestep, carry, keys, temperatures)
+            action, carry, keys = predict(agent_state, timestep, carry, keys)
             _, timestep = group_env.step(None, jax.device_get(action))
             returns += np.where(alive, timestep.reward, 0.0)
             alive &= timestep.step_type != StepType.LAST
         return returns.reshape(n_temperatures, n)
 
     return evaluate
-
-
-def make_evaluate(agent: Agent, eval_env, temperatures) -> callable:
-    """(agent_state, key) -> one EvalResult per temperature (``eval_env.num_envs`` episodes)."""
-    temperatures = tuple(float(t) for t in temperatures)
-    if eval_env.is_jax:
-        evaluate = make_jax_evaluate(agent, eval_env)
-    else:
-        evaluate = make_host_evaluate(agent, eval_env, len(temperatures))
-
-    def run(agent_state, key) -> list[EvalResult]:
-        keys = jax.random.split(key, len(temperatures))
-        returns = np.asarray(evaluate(agent_state, keys, jnp.asarray(temperatures, jnp.float32)))
-        return [EvalResult(t, r) for t, r in zip(temperatures, returns, strict=True)]
-
-    return run

@@ -7,12 +7,14 @@ XLA compiles whole (environment steps included) for JAX environments.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from heron.agents.base import Agent
+from heron.training.evaluation import make_host_evaluate, make_jax_evaluate
 from heron.types import Experience, TimeStep
 
 
@@ -23,7 +25,7 @@ class EpisodeStats(NamedTuple):
     episode_length: jax.Array  # [B]
     completed: jax.Array  # int32: episodes completed so far
     return_sum: jax.Array  # float32: sum of their returns
-    last_return: jax.Array  # float32: mean return of the episodes completed in the last step
+    return_sq_sum: jax.Array  # float32: sum of their squared returns
 
     @classmethod
     def zeros(cls, num_envs: int) -> EpisodeStats:
@@ -32,7 +34,7 @@ class EpisodeStats(NamedTuple):
             jnp.zeros(num_envs, jnp.int32),
             jnp.zeros((), jnp.int32),
             jnp.zeros((), jnp.float32),
-            jnp.full((), jnp.nan, jnp.float32),
+            jnp.zeros((), jnp.float32),
         )
 
 
@@ -41,14 +43,13 @@ def update_episode_stats(stats: EpisodeStats, timestep: TimeStep) -> EpisodeStat
     last = timestep.is_last()
     episode_return = jnp.where(first, 0.0, stats.episode_return + timestep.reward)
     episode_length = jnp.where(first, 0, stats.episode_length + 1)
-    n_last = jnp.sum(last)
-    sum_last = jnp.sum(jnp.where(last, episode_return, 0.0))
+    ended = jnp.where(last, episode_return, 0.0)
     return EpisodeStats(
         episode_return=episode_return,
         episode_length=episode_length,
-        completed=stats.completed + n_last.astype(jnp.int32),
-        return_sum=stats.return_sum + sum_last,
-        last_return=jnp.where(n_last > 0, sum_last / jnp.maximum(n_last, 1), stats.last_return),
+        completed=stats.completed + jnp.sum(last).astype(jnp.int32),
+        return_sum=stats.return_sum + jnp.sum(ended),
+        return_sq_sum=stats.return_sq_sum + jnp.sum(ended**2),
     )
 
 
@@ -147,7 +148,8 @@ def learn(agent: Agent, replay, state: TrainState, unroll, key):
 
 
 def make_jax_iteration(agent: Agent, env, replay):
-    """One whole training iteration for a JAX env, to be jitted: (state) -> (state, metrics)."""
+    """One whole training iteration for a JAX env (unbatched over seeds): state -> (state,
+    metrics), environment steps included, for XLA to compile whole."""
     unroll_length = agent.schedule.unroll_length
 
     def env_step(carry, _):
@@ -189,56 +191,95 @@ def make_jax_iteration(agent: Agent, env, replay):
     return iteration
 
 
-def init_train_state(agent: Agent, env, replay, key) -> TrainState:
-    """Initial agent, environments (reset) and the first acted-on step; compiled as one
-    program (environment reset included for JAX envs) to keep start-up short."""
-    env_key, key = jax.random.split(key)
-    reset = jax.jit(env.reset) if env.is_jax else env.reset
-    env_state, timestep = reset(env_key)
-
-    @jax.jit
-    def initial_state(timestep, key):
-        agent_key, act_key, key = jax.random.split(key, 3)
-        agent_state = agent.init(agent_key)
-        carry = agent.initial_carry(env.num_envs)
-        pending, carry = act_and_record(agent, agent_state, timestep, carry, act_key)
-        example = jax.tree.map(
-            lambda x: jnp.zeros(
-                (x.shape[0], agent.schedule.unroll_length + 1) + x.shape[1:], x.dtype
-            ),
-            pending,
-        )
-        return TrainState(
-            agent_state=agent_state,
-            env_state=None,
-            pending=pending,
-            carry=carry,
-            replay_state=replay.init(example),
-            stats=EpisodeStats.zeros(env.num_envs),
-            key=key,
-            iteration=jnp.zeros((), jnp.int32),
-            env_steps=jnp.zeros((), jnp.int32),
-        )
-
-    return initial_state(timestep, key)._replace(env_state=env_state)
+def initial_state(agent: Agent, replay, num_envs: int, env_state, timestep, key) -> TrainState:
+    """A run's first state (unbatched over seeds): a fresh agent that has acted on the
+    environments' first step."""
+    agent_key, act_key, key = jax.random.split(key, 3)
+    agent_state = agent.init(agent_key)
+    carry = agent.initial_carry(num_envs)
+    pending, carry = act_and_record(agent, agent_state, timestep, carry, act_key)
+    example = jax.tree.map(
+        lambda x: jnp.zeros((x.shape[0], agent.schedule.unroll_length + 1) + x.shape[1:], x.dtype),
+        pending,
+    )
+    return TrainState(
+        agent_state=agent_state,
+        env_state=env_state,
+        pending=pending,
+        carry=carry,
+        replay_state=replay.init(example),
+        stats=EpisodeStats.zeros(num_envs),
+        key=key,
+        iteration=jnp.zeros((), jnp.int32),
+        env_steps=jnp.zeros((), jnp.int32),
+    )
 
 
-def make_host_iteration(agent: Agent, env, replay):
-    """One training iteration for a host-stepped (Gymnasium) env: the envs step in Python
-    (one vectorised call per step, no loop over envs), ``act`` and ``learn`` are compiled
-    once and reused with fixed shapes."""
+class Program(NamedTuple):
+    """The compiled pieces of a run. States and keys carry a leading seed axis [K].
+
+    init(keys [K]) -> state; iteration(state) -> (state, metrics [K]);
+    evaluate(agent_state, keys [K]) -> returns [K, n_temperatures, n_episodes];
+    restart(state, key) -> state with fresh episodes (host environments after a resume).
+    """
+
+    init: Callable
+    iteration: Callable
+    evaluate: Callable
+    restart: Callable
+    compiled_sizes: Callable
+
+
+def _cache_sizes(*functions) -> Callable:
+    return lambda: tuple(f._cache_size() for f in functions)
+
+
+def make_jax_program(agent: Agent, env, eval_env, replay, temperatures) -> Program:
+    """K seeds in one compiled program: every piece is vmapped over the seed axis."""
+
+    def init_one(key):
+        env_key, key = jax.random.split(key)
+        env_state, timestep = env.reset(env_key)
+        return initial_state(agent, replay, env.num_envs, env_state, timestep, key)
+
+    init = jax.jit(jax.vmap(init_one))
+    iteration = jax.jit(jax.vmap(make_jax_iteration(agent, env, replay)), donate_argnums=0)
+    evaluate = jax.jit(jax.vmap(make_jax_evaluate(agent, eval_env, temperatures)))
+    return Program(
+        init=init,
+        iteration=iteration,
+        evaluate=evaluate,
+        restart=lambda state, key: state,  # JAX env states are saved with the run
+        compiled_sizes=_cache_sizes(init, iteration, evaluate),
+    )
+
+
+def make_host_program(agent: Agent, env, eval_env, replay, temperatures) -> Program:
+    """One seed, Gymnasium environments stepped on the host: one vectorised call per step (no
+    loop over envs); ``act`` and ``learn`` compiled once, with a seed axis of 1."""
     unroll_length = agent.schedule.unroll_length
+    add_seed_axis = lambda tree: jax.tree.map(lambda x: jnp.asarray(x)[None], tree)
 
-    @jax.jit
-    def act_step(agent_state, timestep, carry, stats, key):
+    first_state = jax.jit(
+        jax.vmap(
+            lambda timestep, key: initial_state(agent, replay, env.num_envs, None, timestep, key)
+        )
+    )
+
+    def init(keys):
+        env_key, key = jax.random.split(keys[0])
+        _, timestep = env.reset(env_key)
+        return first_state(add_seed_axis(timestep), key[None])
+
+    def act_one(agent_state, timestep, carry, stats, key):
         key, act_key = jax.random.split(key)
         stats = update_episode_stats(stats, timestep)
         step, carry = act_and_record(agent, agent_state, timestep, carry, act_key)
         return step, carry, stats, key
 
-    @jax.jit
-    def finish(state: TrainState, steps, carry, stats, key):
-        steps = jax.tree.map(lambda *xs: jnp.stack(xs), *steps)  # [T, B]
+    act_step = jax.jit(jax.vmap(act_one))
+
+    def finish_one(state: TrainState, steps, carry, stats, key):
         key, learn_key = jax.random.split(key)
         unroll = join_unroll(state.pending, steps)
         agent_state, replay_state, metrics = learn(agent, replay, state, unroll, learn_key)
@@ -255,16 +296,59 @@ def make_host_iteration(agent: Agent, env, replay):
         )
         return new_state, metrics
 
+    @jax.jit
+    def finish(state, steps, carry, stats, key):
+        steps = jax.tree.map(lambda *xs: jnp.stack(xs, axis=1), *steps)  # [K, T, B]
+        return jax.vmap(finish_one)(state, steps, carry, stats, key)
+
     def iteration(state: TrainState):
         carry, stats, key = state.carry, state.stats, state.key
-        action = jax.device_get(state.pending.action)
+        action = jax.device_get(state.pending.action[0])
         steps = []
         for _ in range(unroll_length):
             _, timestep = env.step(None, action)
-            step, carry, stats, key = act_step(state.agent_state, timestep, carry, stats, key)
-            action = jax.device_get(step.action)
+            step, carry, stats, key = act_step(
+                state.agent_state, add_seed_axis(timestep), carry, stats, key
+            )
+            action = jax.device_get(step.action[0])
             steps.append(step)
         return finish(state, steps, carry, stats, key)
 
-    iteration.compiled_sizes = lambda: (act_step._cache_size(), finish._cache_size())
-    return iteration
+    @jax.jit
+    def act_first(agent_state, timestep, key):
+        def one(agent_state, timestep, key):
+            carry = agent.initial_carry(env.num_envs)
+            return act_and_record(agent, agent_state, timestep, carry, key)
+
+        return jax.vmap(one)(agent_state, timestep, key)
+
+    def restart(state: TrainState, key) -> TrainState:
+        """Fresh episodes: Gymnasium environment state cannot be saved in a checkpoint."""
+        env_key, act_key = jax.random.split(key)
+        _, timestep = env.reset(env_key)
+        pending, carry = act_first(state.agent_state, add_seed_axis(timestep), act_key[None])
+        episodes = EpisodeStats.zeros(env.num_envs)
+        stats = state.stats._replace(
+            episode_return=episodes.episode_return[None],
+            episode_length=episodes.episode_length[None],
+        )
+        return state._replace(pending=pending, carry=carry, stats=stats)
+
+    host_evaluate = make_host_evaluate(agent, eval_env, temperatures)
+
+    def evaluate(agent_state, keys):
+        unbatched = jax.tree.map(lambda x: x[0], agent_state)
+        return host_evaluate(unbatched, keys[0])[None]
+
+    return Program(
+        init=init,
+        iteration=iteration,
+        evaluate=evaluate,
+        restart=restart,
+        compiled_sizes=_cache_sizes(act_step, finish),
+    )
+
+
+def make_program(agent: Agent, env, eval_env, replay, temperatures) -> Program:
+    make = make_jax_program if env.is_jax else make_host_program
+    return make(agent, env, eval_env, replay, tuple(float(t) for t in temperatures))
