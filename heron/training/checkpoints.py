@@ -54,9 +54,15 @@ def restore(run_dir: str, template, step: int | None = None):
     try:
         return manager.restore(step, args=ocp.args.StandardRestore(abstract)), step
     except Exception as error:  # orbax raises many types for unreadable data
+        detail = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+        if "shape" in str(error) or "structure" in str(error).lower():
+            raise CheckpointError(
+                f"checkpoint {step} in {run_dir!r} does not match its config.json ({detail}); "
+                "shape-determining fields (num_envs, seeds, unroll_length, hidden_sizes, "
+                "two_towers, ...) must stay as they were when it was written"
+            ) from error
         raise CheckpointError(
-            f"checkpoint {step} in {run_dir!r} cannot be read ({type(error).__name__}: "
-            f"{str(error).splitlines()[0][:200]})"
+            f"checkpoint {step} in {run_dir!r} cannot be read ({detail})"
         ) from error
     finally:
         manager.close()

@@ -79,8 +79,12 @@ def evaluate_run(run_dir: str, episodes: int, temperature: float) -> dict:
     }
     if run.seeds > 1:
         result["per_seed"] = [
-            {"seed": seed, "return_mean": float(r.mean()), "return_std": float(r.std()),
-             "params_digest": params_digest(p)}
+            {
+                "seed": seed,
+                "return_mean": float(r.mean()),
+                "return_std": float(r.std()),
+                "params_digest": params_digest(p),
+            }
             for seed, r, p in zip(setup.seeds, returns, per_seed, strict=True)
         ]
     return result
