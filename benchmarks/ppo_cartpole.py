@@ -66,6 +66,7 @@ class Summary:
     steps_per_s: float | None = None
     steps_to_solved: int | None = None
     solved_budget: int | None = None  # largest budget searched for the solved step
+    disturbed: bool = False  # other processes loaded the CPUs during one of its runs
     reason: str | None = None
 
 
@@ -79,10 +80,12 @@ def log(message: str) -> None:
 def record_run(runs: dict, name: str, label: str, child: ChildResult) -> dict | None:
     """Store ``child`` under ``runs[name]``, print one progress line, return its payload."""
     runs[name] = child.to_json()
-    busy = max(child.busy_before or 0.0, child.other_during or 0.0)
     note = ""
-    if busy > BUSY_WARNING:
-        note = f"  [warning: other processes used up to {busy:.0%} of the CPUs; timing disturbed]"
+    if other_load(runs[name]) > BUSY_WARNING:
+        note = (
+            f"  [warning: other processes used up to {other_load(runs[name]):.0%} "
+            "of the CPUs; timing disturbed]"
+        )
     if child.ok:
         log(f"  {label:<34} {child.wall_s:8.1f} s{note}")
         return child.payload
@@ -90,6 +93,15 @@ def record_run(runs: dict, name: str, label: str, child: ChildResult) -> dict | 
     if child.stderr_tail:
         log("    " + child.stderr_tail.replace("\n", "\n    "))
     return None
+
+
+def other_load(run: dict) -> float:
+    """Highest CPU share other processes took just before or during ``run``."""
+    return max(run.get("cpu_busy_before") or 0.0, run.get("cpu_other_during") or 0.0)
+
+
+def any_disturbed(runs: dict) -> bool:
+    return any(other_load(run) > BUSY_WARNING for run in runs.values())
 
 
 def payload_value(runs: dict, names: tuple[str, ...], key: str) -> Any:
@@ -171,6 +183,7 @@ def bench_peer(name: str, script: str, mode_label: str, args, with_throughput: b
     record["config"] = first.get("config")
 
     summary.status = status_of(runs)
+    summary.disturbed = any_disturbed(runs)
     summary.whole_s_100k = wall_of(runs, "whole_100k")
     summary.whole_s_1m = wall_of(runs, "whole_1m")
     rate_runs = ("throughput",) if with_throughput else ("whole_1m", "whole_100k")
@@ -248,7 +261,7 @@ def heron_run(args, env: str, steps: int, run_dir: Path, cache_dir: Path | None)
 
 def heron_summary(mode: str, runs: dict, order: list[tuple[str, int]]) -> Summary:
     """Summarise one heron mode; ``order`` lists its (run name, steps) by ascending budget."""
-    summary = Summary("heron", mode, status=status_of(runs))
+    summary = Summary("heron", mode, status=status_of(runs), disturbed=any_disturbed(runs))
     summary.whole_s_100k = wall_of(runs, f"{mode}_100k")
     summary.whole_s_1m = wall_of(runs, f"{mode}_1m")
     by_budget = tuple(name for name, _ in reversed(order))
@@ -269,6 +282,20 @@ def heron_plans(quick: bool) -> dict[str, list[tuple[str, int]]]:
     gymnax = [("gymnax_100k", STEPS_100K)] + ([] if quick else [("gymnax_1m", STEPS_1M)])
     gym = [("gym_100k", STEPS_100K), ("gym_150k", HERON_GYM_SOLVE_STEPS)]
     return {"gymnax": gymnax, "gym": gym}
+
+
+def heron_warm_rerun(args, work: Path, records: dict) -> Summary:
+    """Repeat gymnax 100k on the compilation cache its cold run filled."""
+    name = "gymnax_100k_warm"
+    cache = work / "gymnax_100k.jax-cache"
+    child, extra = heron_run(args, "gymnax:CartPole-v1", STEPS_100K, work / name, cache)
+    record_run(records, name, "gymnax 100,000 steps, warm cache", child)
+    records[name].update(extra)
+    runs = {name: records[name]}
+    warm = Summary("heron", "gymnax, warm cache", status=status_of(runs))
+    warm.disturbed = any_disturbed(runs)
+    warm.whole_s_100k = wall_of(runs, name)
+    return warm
 
 
 def bench_heron(args) -> tuple[list[Summary], dict]:
@@ -302,18 +329,8 @@ def bench_heron(args) -> tuple[list[Summary], dict]:
         summaries.append(heron_summary(mode, runs, plan))
         records.update(runs)
 
-    if cold and "error" not in records.get("gymnax_100k", {"error": 1}):
-        cache = work / "gymnax_100k.jax-cache"
-        child, extra = heron_run(
-            args, "gymnax:CartPole-v1", STEPS_100K, work / "gymnax_100k_warm", cache
-        )
-        record_run(records, "gymnax_100k_warm", "gymnax 100,000 steps, warm cache", child)
-        records["gymnax_100k_warm"].update(extra)
-        warm = Summary(
-            "heron", "gymnax, warm cache", status=status_of({"w": records["gymnax_100k_warm"]})
-        )
-        warm.whole_s_100k = wall_of(records, "gymnax_100k_warm")
-        summaries.insert(1, warm)
+    if cold and "error" not in records.get("gymnax_100k", {"error": True}):
+        summaries.insert(1, heron_warm_rerun(args, work, records))
     return summaries, {"compile_cache": args.heron_cache, "runs": records}
 
 
@@ -361,6 +378,19 @@ def fmt_solved(summary: Summary) -> str:
     return "-"
 
 
+def table_row(s: Summary) -> tuple[str, ...]:
+    status = s.status + ("*" if s.disturbed else "")
+    return (
+        s.system,
+        s.mode,
+        status,
+        fmt_seconds(s.whole_s_100k),
+        fmt_seconds(s.whole_s_1m),
+        fmt_rate(s.steps_per_s),
+        fmt_solved(s),
+    )
+
+
 def format_table(summaries: list[Summary]) -> str:
     """Fixed-width results table."""
     header = (
@@ -372,11 +402,7 @@ def format_table(summaries: list[Summary]) -> str:
         "steps/s",
         "steps to greedy>=475",
     )
-    rows = [
-        (s.system, s.mode, s.status, fmt_seconds(s.whole_s_100k), fmt_seconds(s.whole_s_1m),
-         fmt_rate(s.steps_per_s), fmt_solved(s))
-        for s in summaries
-    ]  # fmt: skip
+    rows = [table_row(summary) for summary in summaries]
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
     numeric = {3, 4, 5, 6}
 
@@ -421,6 +447,8 @@ notes:
   greedy>=475  first evaluation with greedy mean return >= {SOLVED_RETURN:g}. rejax/SB3: every
                {EVAL_EVERY:,} env steps over {EVAL_EPISODES} episodes, in a {STEPS_100K:,}-step run;
                heron: its own eval lines (temperature 0). "> N": not reached within N steps.
+  *            other processes loaded the CPUs during some of that row's runs, so its
+               timings are disturbed (cpu_busy_before / cpu_other_during in the JSON).
   one seed; figures are single measurements on this machine."""
 
 

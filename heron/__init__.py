@@ -7,8 +7,17 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("agents", "envs", "networks", "ops", "replay", "schedules", "specs", "training",
-               "types")
+_SUBMODULES = (
+    "agents",
+    "envs",
+    "networks",
+    "ops",
+    "replay",
+    "schedules",
+    "specs",
+    "training",
+    "types",
+)
 _TYPES = ("Experience", "StepType", "TimeStep")
 
 __all__ = [*_TYPES, *_SUBMODULES]

@@ -102,3 +102,52 @@ def test_eval_of_a_run_without_checkpoints(tmp_path, capsys):
     capsys.readouterr()
     assert main(["eval", str(run_dir)]) == 2
     assert "no checkpoint" in capsys.readouterr().err
+
+
+def test_schedules_from_the_command_line(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    argv = [
+        "train",
+        "ppo",
+        "--run-dir",
+        str(run_dir),
+        *SMALL,
+        "--ppo.entropy-weight",
+        "linear(0.01, 0.0, 64)",
+    ]
+    assert main(argv) == 0
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["ppo"]["entropy_weight"] == "linear(0.01, 0.0, 64)"
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    values = [line["schedule/entropy_weight"] for line in lines if line["kind"] == "train"]
+    assert values[0] == pytest.approx(0.01 * (1 - 3.5 / 64), rel=1e-5)  # mean of steps 0..7
+    assert values[-1] == 0.0
+    capsys.readouterr()
+    assert (
+        main(
+            [
+                "train",
+                "ppo",
+                "--ppo.entropy-weight",
+                "cosine(1, 0)",
+                "--run-dir",
+                str(tmp_path / "bad"),
+            ]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "bad schedule 'cosine(1, 0)'" in err and "accepted forms" in err
+    assert err.count("\n") == 1
+
+
+def test_plot_command(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert main(["train", "ppo", "--run-dir", str(run_dir), *SMALL]) == 0
+    capsys.readouterr()
+    out = tmp_path / "curves.png"
+    assert main(["plot", str(run_dir), "--out", str(out)]) == 0
+    summary = json.loads(capsys.readouterr().out.strip())
+    assert summary["runs"] == 1 and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["plot", str(tmp_path / "none"), "--out", str(out)]) == 2
+    assert "does not exist" in capsys.readouterr().err

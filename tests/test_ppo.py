@@ -137,3 +137,32 @@ def test_config_refuses_out_of_range_values(field, value, message):
 def test_unknown_algorithm():
     with pytest.raises(agents.UnknownAgentError, match="unknown algorithm 'foo'; available: ppo"):
         agents.make("foo", _spec(gymnasium.spaces.Discrete(2)))
+
+
+def test_scheduled_hyperparameters_follow_the_optimiser_step():
+    config = PPOConfig(entropy_weight="linear(0.01, 0.0, 10)", epsilon="piecewise(0.3, 5, 0.1)")
+    agent = agents.make("ppo", _spec(gymnasium.spaces.Discrete(2)), config)
+    state = agent.init(jax.random.PRNGKey(0))
+    batch = _batch(agent, state)
+    seen = []
+    for _ in range(12):
+        state, metrics = agent.update(state, batch, jax.random.PRNGKey(0))
+        seen.append((float(metrics["schedule/entropy_weight"]), float(metrics["schedule/epsilon"])))
+    np.testing.assert_allclose(
+        [s[0] for s in seen], [max(0.01 * (1 - u / 10), 0.0) for u in range(12)], atol=1e-7
+    )
+    assert [s[1] for s in seen] == pytest.approx([0.3] * 5 + [0.1] * 7)
+    assert "schedule/gamma" not in metrics  # constants are not logged
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("gamma", "linear(0.9, 1.2, 100)", r"ppo.gamma must be in \[0, 1\], got linear"),
+        ("entropy_weight", "linaer(0.01, 0, 10)", "accepted forms: a number"),
+        ("learning_rate", "linear(1e-3, 0.0, 100)", "ppo.learning_rate must be > 0"),
+    ],
+)
+def test_config_refuses_bad_schedules(field, value, message):
+    with pytest.raises(ConfigError, match=message):
+        PPOConfig(**{field: value})

@@ -15,9 +15,11 @@ is part of the algorithm; the driver executes it the same way for every agent.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
+from heron.schedules import Schedule, ScheduleError, as_schedule
 from heron.specs import EnvSpec
 
 
@@ -62,3 +64,34 @@ class ConfigError(ValueError):
 def check(condition: bool, message: str) -> None:
     if not condition:
         raise ConfigError(message)
+
+
+def check_scheduled(
+    name: str,
+    value,
+    low: float = -math.inf,
+    high: float = math.inf,
+    low_inclusive: bool = True,
+    high_inclusive: bool = True,
+) -> Schedule:
+    """Parses a float-or-schedule field and checks every value it takes lies in the range."""
+    try:
+        schedule = as_schedule(value)
+    except ScheduleError as error:
+        raise ConfigError(f"{name}: {error}") from error
+    smallest, largest = schedule.value_range()
+    above = smallest >= low if low_inclusive else smallest > low
+    below = largest <= high if high_inclusive else largest < high
+    if not (above and below):
+        if math.isinf(high):
+            allowed = f"{'>=' if low_inclusive else '>'} {low:g}"
+        else:
+            allowed = (
+                f"in {'[' if low_inclusive else '('}{low:g}, {high:g}"
+                f"{']' if high_inclusive else ')'}"
+            )
+        got = (
+            value if schedule.is_constant else f"{value} (values from {smallest:g} to {largest:g})"
+        )
+        raise ConfigError(f"{name} must be {allowed}, got {got}")
+    return schedule

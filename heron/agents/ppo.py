@@ -18,28 +18,40 @@ import jax.numpy as jnp
 import optax
 
 from heron import ops
-from heron.agents.base import Agent, TrainSchedule, check
+from heron.agents.base import Agent, TrainSchedule, check, check_scheduled
 from heron.networks import PolicyValueNet, action_distribution, sample_action
 from heron.networks.policy_value import ACTIVATIONS
+from heron.schedules import as_schedule
 from heron.specs import EnvSpec
 from heron.types import Experience, StepType, TimeStep
+
+# Fields that accept a schedule (see heron.schedules), with their allowed ranges:
+# (name, low, high, low inclusive). Schedules run over the optimiser-step counter.
+SCHEDULED_RANGES = (
+    ("learning_rate", 0.0, math.inf, False),
+    ("gamma", 0.0, 1.0, True),
+    ("gae_lambda", 0.0, 1.0, True),
+    ("epsilon", 0.0, math.inf, False),
+    ("value_weight", 0.0, math.inf, True),
+    ("entropy_weight", 0.0, math.inf, True),
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class PPOConfig:
     """PPO hyperparameters. Defaults solve CartPole-v1 in under 100k steps."""
 
-    learning_rate: float = 2e-3
+    learning_rate: float | str = 2e-3
     """Adam step size."""
-    gamma: float = 0.99
+    gamma: float | str = 0.99
     """Reward discount factor, in [0, 1]."""
-    gae_lambda: float = 0.95
+    gae_lambda: float | str = 0.95
     """GAE mixing parameter lambda, in [0, 1]."""
-    epsilon: float = 0.2
+    epsilon: float | str = 0.2
     """Clipping range of the probability ratio, > 0."""
-    value_weight: float = 0.5
+    value_weight: float | str = 0.5
     """Weight of the value loss, >= 0."""
-    entropy_weight: float = 0.01
+    entropy_weight: float | str = 0.01
     """Weight of the entropy bonus, >= 0."""
     normalize_advantages: bool = True
     """Normalise advantages to zero mean and unit std within each mini-batch."""
@@ -61,18 +73,8 @@ class PPOConfig:
     """Hidden activation."""
 
     def __post_init__(self):
-        check(0.0 <= self.gamma <= 1.0, f"ppo.gamma must be in [0, 1], got {self.gamma}")
-        check(
-            0.0 <= self.gae_lambda <= 1.0,
-            f"ppo.gae_lambda must be in [0, 1], got {self.gae_lambda}",
-        )
-        check(self.epsilon > 0, f"ppo.epsilon must be > 0, got {self.epsilon}")
-        check(self.learning_rate > 0, f"ppo.learning_rate must be > 0, got {self.learning_rate}")
-        check(self.value_weight >= 0, f"ppo.value_weight must be >= 0, got {self.value_weight}")
-        check(
-            self.entropy_weight >= 0,
-            f"ppo.entropy_weight must be >= 0, got {self.entropy_weight}",
-        )
+        for name, low, high, low_inclusive in SCHEDULED_RANGES:
+            check_scheduled(f"ppo.{name}", getattr(self, name), low, high, low_inclusive)
         check(self.max_grad_norm > 0, f"ppo.max_grad_norm must be > 0, got {self.max_grad_norm}")
         check(self.unroll_length >= 1, f"ppo.unroll_length must be >= 1, got {self.unroll_length}")
         check(
@@ -129,12 +131,13 @@ def make_ppo(spec: EnvSpec, config: PPOConfig) -> Agent:
         two_towers=config.two_towers,
         observation_ndim=len(spec.observation_shape),
     )
+    schedules = {name: as_schedule(getattr(config, name)) for name, *_ in SCHEDULED_RANGES}
     clip = (
         []
         if math.isinf(config.max_grad_norm)
         else [optax.clip_by_global_norm(config.max_grad_norm)]
     )
-    optimizer = optax.chain(*clip, optax.adam(config.learning_rate, eps=1e-5))
+    optimizer = optax.chain(*clip, optax.adam(schedules["learning_rate"], eps=1e-5))
 
     def init(key) -> PPOState:
         observation = jnp.zeros((1,) + spec.observation_shape, jnp.float32)
@@ -157,15 +160,16 @@ def make_ppo(spec: EnvSpec, config: PPOConfig) -> Agent:
 
     def preprocess(state: PPOState, experience: Experience) -> PPOBatch:
         """Experience [B, T+1] -> PPOBatch [B, T]; step T only bootstraps."""
-        del state
+        gamma = schedules["gamma"](state.update_step)
+        gae_lambda = schedules["gae_lambda"](state.update_step)
         values = experience.extras["value"]
         is_last = (experience.step_type == StepType.LAST).astype(jnp.float32)
         # The transition out of a LAST step is a reset, not a transition: cut the trace there.
         advantage = jax.vmap(ops.gae)(
             experience.reward[:, 1:],
-            config.gamma * experience.discount[:, 1:],
+            gamma * experience.discount[:, 1:],
             values,
-            config.gae_lambda * (1.0 - is_last[:, 1:]),
+            gae_lambda * (1.0 - is_last[:, 1:]),
         )
         return PPOBatch(
             observation=experience.observation[:, :-1],
@@ -176,7 +180,8 @@ def make_ppo(spec: EnvSpec, config: PPOConfig) -> Agent:
             mask=1.0 - is_last[:, :-1],
         )
 
-    def loss(params, batch: PPOBatch):
+    def loss(params, batch: PPOBatch, step):
+        epsilon = schedules["epsilon"](step)
         dist_params, value = network.apply(params, batch.observation)
         dist = action_distribution(spec.action, dist_params)
         log_prob = dist.log_prob(batch.action)
@@ -185,12 +190,16 @@ def make_ppo(spec: EnvSpec, config: PPOConfig) -> Agent:
         advantage = batch.advantage
         if config.normalize_advantages:
             advantage = _normalize(advantage, batch.mask)
-        clipped_ratio = jnp.clip(ratio, 1.0 - config.epsilon, 1.0 + config.epsilon)
+        clipped_ratio = jnp.clip(ratio, 1.0 - epsilon, 1.0 + epsilon)
         surrogate = jnp.minimum(ratio * advantage, clipped_ratio * advantage)
         policy_loss = -_masked_mean(surrogate, batch.mask)
         value_loss = 0.5 * _masked_mean((value - batch.value_target) ** 2, batch.mask)
         entropy = _masked_mean(dist.entropy(), batch.mask)
-        total = policy_loss + config.value_weight * value_loss - config.entropy_weight * entropy
+        total = (
+            policy_loss
+            + schedules["value_weight"](step) * value_loss
+            - schedules["entropy_weight"](step) * entropy
+        )
         metrics = {
             "loss/total": total,
             "loss/policy": policy_loss,
@@ -198,7 +207,7 @@ def make_ppo(spec: EnvSpec, config: PPOConfig) -> Agent:
             "loss/entropy": entropy,
             "ppo/approx_kl": _masked_mean((ratio - 1.0) - log_ratio, batch.mask),
             "ppo/clip_fraction": _masked_mean(
-                (jnp.abs(ratio - 1.0) > config.epsilon).astype(jnp.float32), batch.mask
+                (jnp.abs(ratio - 1.0) > epsilon).astype(jnp.float32), batch.mask
             ),
         }
         return total, metrics
@@ -207,7 +216,10 @@ def make_ppo(spec: EnvSpec, config: PPOConfig) -> Agent:
         """One optimiser step on a mini-batch [L, M] (feed-forward: steps are independent)."""
         del key
         flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)
-        grads, metrics = jax.grad(loss, has_aux=True)(state.params, flat)
+        grads, metrics = jax.grad(loss, has_aux=True)(state.params, flat, state.update_step)
+        for name, schedule in schedules.items():
+            if not schedule.is_constant:
+                metrics[f"schedule/{name}"] = schedule(state.update_step)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         metrics["grad_norm"] = optax.tree.norm(grads)
