@@ -33,6 +33,12 @@ class RunConfig:
     """Evaluate on a separate env; False reports training episodes as temperature 1.0."""
     max_timestep: int | None = None
     """Training episode time limit (truncation); default the env's own."""
+    len_history_for_policy: int = 1
+    """Observations stacked for the policy: the last k, reset at episode starts."""
+    normalize_observations: bool = False
+    """Normalise observations by running mean and std (kept in checkpoints)."""
+    reward_scale: float = 1.0
+    """Factor on the rewards the learner sees (returns are reported unscaled)."""
     max_timestep_eval: int | None = None
     """Evaluation episode time limit; default the env's own."""
     save_every_n: int = 100
@@ -47,6 +53,11 @@ class RunConfig:
         check(self.num_envs > 0, f"num_envs must be > 0, got {self.num_envs}")
         check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
         check(self.seeds >= 1, f"seeds must be >= 1, got {self.seeds}")
+        check(
+            self.len_history_for_policy >= 1,
+            f"len_history_for_policy must be >= 1, got {self.len_history_for_policy}",
+        )
+        check(self.reward_scale > 0, f"reward_scale must be > 0, got {self.reward_scale}")
         check(
             self.done_frac_for_policy_save >= 0,
             f"done_frac_for_policy_save must be >= 0, got {self.done_frac_for_policy_save}",

@@ -27,6 +27,7 @@ import numpy as np
 
 from heron import agents, envs
 from heron.agents.base import ConfigError
+from heron.envs.wrappers import ObservationPipeline
 from heron.replay import make_replay
 from heron.training import checkpoints
 from heron.training.config import RunConfig
@@ -59,6 +60,7 @@ class Setup:
     eval_env: Any
     agent: agents.Agent
     replay: Any
+    pipeline: ObservationPipeline
     iterations: int
 
     @property
@@ -71,7 +73,8 @@ class Setup:
 
     def program(self) -> Program:
         return make_program(
-            self.agent, self.env, self.eval_env, self.replay, self.run.eval_temperatures
+            self.agent, self.env, self.eval_env, self.replay, self.run.eval_temperatures,
+            self.pipeline,
         )
 
 
@@ -104,12 +107,15 @@ def build(algo: str, agent_config, run: RunConfig) -> Setup:
             f"the runs into one program; {run.env!r} steps on the host: use seeds=1"
         )
     eval_env = envs.make(run.env, run.n_evals, run.max_timestep_eval)
-    agent = agents.make(algo, env.spec, agent_config)
+    pipeline = ObservationPipeline(
+        env.spec, run.normalize_observations, run.len_history_for_policy, run.reward_scale
+    )
+    agent = agents.make(algo, pipeline.spec, agent_config)
     _check_schedule(agent, run.num_envs)
     replay = make_replay(agent.schedule.replay)
     steps_per_iteration = agent.schedule.unroll_length * run.num_envs
     iterations = max(1, math.ceil(run.steps / steps_per_iteration))
-    return Setup(algo, agent_config, run, env, eval_env, agent, replay, iterations)
+    return Setup(algo, agent_config, run, env, eval_env, agent, replay, pipeline, iterations)
 
 
 def default_run_dir(algo: str, env_id: str) -> str:
@@ -222,7 +228,7 @@ class _Loop:
         run = self.setup.run
         if run.separate_eval:
             keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(self.eval_keys, index)
-            returns = np.asarray(self.program.evaluate(state.agent_state, keys))  # [K, T, n]
+            returns = np.asarray(self.program.evaluate(state, keys))  # [K, T, n]
             temperatures = run.eval_temperatures
             results = [
                 [(r.mean(), r.std(), r.size) for r in seed_returns] for seed_returns in returns

@@ -64,7 +64,7 @@ def evaluate_run(run_dir: str, episodes: int, temperature: float) -> dict:
     setup = build(algo, agent_config, run)
     program = setup.program()
     state, step = checkpoints.restore(run_dir, program.init(_seed_keys(setup.seeds)))
-    returns = np.asarray(program.evaluate(state.agent_state, _seed_keys(setup.seeds, 2)))[:, 0]
+    returns = np.asarray(program.evaluate(state, _seed_keys(setup.seeds, 2)))[:, 0]
     params = setup.agent.params(state.agent_state)
     per_seed = [jax.tree.map(lambda x, k=k: x[k], params) for k in range(run.seeds)]
     result = {

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from heron.agents.base import Agent
+from heron.envs.wrappers import ObservationPipeline, PipelineState
 from heron.training.evaluation import make_host_evaluate, make_jax_evaluate
 from heron.types import Experience, TimeStep
 
@@ -128,6 +129,7 @@ class TrainState(NamedTuple):
 
     agent_state: Any
     env_state: Any  # JAX env state; None for host (Gymnasium) environments
+    observations: PipelineState  # normalisation statistics and observation history
     pending: Experience  # [B]: the last step acted on, whose action is not yet executed
     carry: Any  # the agent's recurrent state after acting on ``pending``
     replay_state: Any
@@ -147,68 +149,115 @@ def learn(agent: Agent, replay, state: TrainState, unroll, key):
     return agent_state, replay_state, metrics
 
 
-def make_jax_iteration(agent: Agent, env, replay):
+def observe_and_act(
+    agent: Agent,
+    pipeline: ObservationPipeline,
+    agent_state,
+    raw: TimeStep,
+    observations,
+    carry,
+    stats,
+    key,
+):
+    """Episode statistics on the raw step, the pipeline's view of it, and the agent's action."""
+    stats = update_episode_stats(stats, raw)
+    observations, timestep = pipeline.apply(observations, raw, update_stats=True)
+    step, carry = act_and_record(agent, agent_state, timestep, carry, key)
+    return step, observations, carry, stats
+
+
+def after_learning(state: TrainState, agent_state, replay_state, num_env_steps: int, **changes):
+    return state._replace(
+        agent_state=agent_state,
+        replay_state=replay_state,
+        iteration=state.iteration + 1,
+        env_steps=state.env_steps + num_env_steps,
+        **changes,
+    )
+
+
+def make_jax_iteration(agent: Agent, env, replay, pipeline: ObservationPipeline):
     """One whole training iteration for a JAX env (unbatched over seeds): state -> (state,
     metrics), environment steps included, for XLA to compile whole."""
     unroll_length = agent.schedule.unroll_length
 
     def env_step(carry, _):
-        agent_state, env_state, pending, agent_carry, stats, key = carry
+        agent_state, env_state, observations, pending, agent_carry, stats, key = carry
         key, env_key, act_key = jax.random.split(key, 3)
-        env_state, timestep = env.step(env_state, pending.action, env_key)
-        stats = update_episode_stats(stats, timestep)
-        step, agent_carry = act_and_record(agent, agent_state, timestep, agent_carry, act_key)
-        return (agent_state, env_state, step, agent_carry, stats, key), step
+        env_state, raw = env.step(env_state, pending.action, env_key)
+        step, observations, agent_carry, stats = observe_and_act(
+            agent, pipeline, agent_state, raw, observations, agent_carry, stats, act_key
+        )
+        return (agent_state, env_state, observations, step, agent_carry, stats, key), step
 
     def iteration(state: TrainState):
         key, collect_key, learn_key = jax.random.split(state.key, 3)
         carry = (
             state.agent_state,
             state.env_state,
+            state.observations,
             state.pending,
             state.carry,
             state.stats,
             collect_key,
         )
-        (_, env_state, pending, agent_carry, stats, _), steps = jax.lax.scan(
+        (_, env_state, observations, pending, agent_carry, stats, _), steps = jax.lax.scan(
             env_step, carry, length=unroll_length
         )
         unroll = join_unroll(state.pending, steps)
         agent_state, replay_state, metrics = learn(agent, replay, state, unroll, learn_key)
-        new_state = TrainState(
-            agent_state=agent_state,
+        new_state = after_learning(
+            state,
+            agent_state,
+            replay_state,
+            unroll_length * env.num_envs,
+            key=key,
             env_state=env_state,
+            observations=observations,
             pending=pending,
             carry=agent_carry,
-            replay_state=replay_state,
             stats=stats,
-            key=key,
-            iteration=state.iteration + 1,
-            env_steps=state.env_steps + unroll_length * env.num_envs,
         )
         return new_state, metrics
 
     return iteration
 
 
-def initial_state(agent: Agent, replay, num_envs: int, env_state, timestep, key) -> TrainState:
+def initial_state(
+    agent: Agent,
+    replay,
+    pipeline: ObservationPipeline,
+    num_envs: int,
+    env_state,
+    raw: TimeStep,
+    key,
+) -> TrainState:
     """A run's first state (unbatched over seeds): a fresh agent that has acted on the
     environments' first step."""
     agent_key, act_key, key = jax.random.split(key, 3)
     agent_state = agent.init(agent_key)
-    carry = agent.initial_carry(num_envs)
-    pending, carry = act_and_record(agent, agent_state, timestep, carry, act_key)
+    step, observations, carry, stats = observe_and_act(
+        agent,
+        pipeline,
+        agent_state,
+        raw,
+        pipeline.init(num_envs),
+        agent.initial_carry(num_envs),
+        EpisodeStats.zeros(num_envs),
+        act_key,
+    )
     example = jax.tree.map(
         lambda x: jnp.zeros((x.shape[0], agent.schedule.unroll_length + 1) + x.shape[1:], x.dtype),
-        pending,
+        step,
     )
     return TrainState(
         agent_state=agent_state,
         env_state=env_state,
-        pending=pending,
+        observations=observations,
+        pending=step,
         carry=carry,
         replay_state=replay.init(example),
-        stats=EpisodeStats.zeros(num_envs),
+        stats=stats,
         key=key,
         iteration=jnp.zeros((), jnp.int32),
         env_steps=jnp.zeros((), jnp.int32),
@@ -219,7 +268,7 @@ class Program(NamedTuple):
     """The compiled pieces of a run. States and keys carry a leading seed axis [K].
 
     init(keys [K]) -> state; iteration(state) -> (state, metrics [K]);
-    evaluate(agent_state, keys [K]) -> returns [K, n_temperatures, n_episodes];
+    evaluate(state, keys [K]) -> returns [K, n_temperatures, n_episodes];
     restart(state, key) -> state with fresh episodes (host environments after a resume).
     """
 
@@ -234,17 +283,24 @@ def _cache_sizes(*functions) -> Callable:
     return lambda: tuple(f._cache_size() for f in functions)
 
 
-def make_jax_program(agent: Agent, env, eval_env, replay, temperatures) -> Program:
+def make_jax_program(
+    agent: Agent, env, eval_env, replay, temperatures, pipeline: ObservationPipeline
+) -> Program:
     """K seeds in one compiled program: every piece is vmapped over the seed axis."""
 
     def init_one(key):
         env_key, key = jax.random.split(key)
-        env_state, timestep = env.reset(env_key)
-        return initial_state(agent, replay, env.num_envs, env_state, timestep, key)
+        env_state, raw = env.reset(env_key)
+        return initial_state(agent, replay, pipeline, env.num_envs, env_state, raw, key)
 
+    evaluate_one = make_jax_evaluate(agent, eval_env, temperatures, pipeline)
     init = jax.jit(jax.vmap(init_one))
-    iteration = jax.jit(jax.vmap(make_jax_iteration(agent, env, replay)), donate_argnums=0)
-    evaluate = jax.jit(jax.vmap(make_jax_evaluate(agent, eval_env, temperatures)))
+    iteration = jax.jit(
+        jax.vmap(make_jax_iteration(agent, env, replay, pipeline)), donate_argnums=0
+    )
+    evaluate = jax.jit(
+        jax.vmap(lambda state, key: evaluate_one(state.agent_state, state.observations, key))
+    )
     return Program(
         init=init,
         iteration=iteration,
@@ -254,91 +310,107 @@ def make_jax_program(agent: Agent, env, eval_env, replay, temperatures) -> Progr
     )
 
 
-def make_host_program(agent: Agent, env, eval_env, replay, temperatures) -> Program:
+def make_host_program(
+    agent: Agent, env, eval_env, replay, temperatures, pipeline: ObservationPipeline
+) -> Program:
     """One seed, Gymnasium environments stepped on the host: one vectorised call per step (no
     loop over envs); ``act`` and ``learn`` compiled once, with a seed axis of 1."""
     unroll_length = agent.schedule.unroll_length
-    add_seed_axis = lambda tree: jax.tree.map(lambda x: jnp.asarray(x)[None], tree)
+
+    def add_seed_axis(tree):
+        return jax.tree.map(lambda x: jnp.asarray(x)[None], tree)
 
     first_state = jax.jit(
         jax.vmap(
-            lambda timestep, key: initial_state(agent, replay, env.num_envs, None, timestep, key)
+            lambda raw, key: initial_state(agent, replay, pipeline, env.num_envs, None, raw, key)
         )
     )
 
     def init(keys):
         env_key, key = jax.random.split(keys[0])
-        _, timestep = env.reset(env_key)
-        return first_state(add_seed_axis(timestep), key[None])
+        _, raw = env.reset(env_key)
+        return first_state(add_seed_axis(raw), key[None])
 
-    def act_one(agent_state, timestep, carry, stats, key):
+    def act_one(agent_state, raw, observations, carry, stats, key):
         key, act_key = jax.random.split(key)
-        stats = update_episode_stats(stats, timestep)
-        step, carry = act_and_record(agent, agent_state, timestep, carry, act_key)
-        return step, carry, stats, key
+        step, observations, carry, stats = observe_and_act(
+            agent, pipeline, agent_state, raw, observations, carry, stats, act_key
+        )
+        return step, observations, carry, stats, key
 
     act_step = jax.jit(jax.vmap(act_one))
 
-    def finish_one(state: TrainState, steps, carry, stats, key):
-        key, learn_key = jax.random.split(key)
-        unroll = join_unroll(state.pending, steps)
-        agent_state, replay_state, metrics = learn(agent, replay, state, unroll, learn_key)
-        new_state = TrainState(
-            agent_state=agent_state,
-            env_state=None,
-            pending=jax.tree.map(lambda x: x[-1], steps),
-            carry=carry,
-            replay_state=replay_state,
-            stats=stats,
-            key=key,
-            iteration=state.iteration + 1,
-            env_steps=state.env_steps + unroll_length * env.num_envs,
-        )
-        return new_state, metrics
-
     @jax.jit
-    def finish(state, steps, carry, stats, key):
+    def finish(state: TrainState, steps, observations, carry, stats, key):
         steps = jax.tree.map(lambda *xs: jnp.stack(xs, axis=1), *steps)  # [K, T, B]
-        return jax.vmap(finish_one)(state, steps, carry, stats, key)
+
+        def finish_one(state, steps, observations, carry, stats, key):
+            key, learn_key = jax.random.split(key)
+            unroll = join_unroll(state.pending, steps)
+            agent_state, replay_state, metrics = learn(agent, replay, state, unroll, learn_key)
+            new_state = after_learning(
+                state,
+                agent_state,
+                replay_state,
+                unroll_length * env.num_envs,
+                key=key,
+                observations=observations,
+                pending=jax.tree.map(lambda x: x[-1], steps),
+                carry=carry,
+                stats=stats,
+            )
+            return new_state, metrics
+
+        return jax.vmap(finish_one)(state, steps, observations, carry, stats, key)
 
     def iteration(state: TrainState):
-        carry, stats, key = state.carry, state.stats, state.key
+        observations, carry, stats, key = state.observations, state.carry, state.stats, state.key
         action = jax.device_get(state.pending.action[0])
         steps = []
         for _ in range(unroll_length):
-            _, timestep = env.step(None, action)
-            step, carry, stats, key = act_step(
-                state.agent_state, add_seed_axis(timestep), carry, stats, key
+            _, raw = env.step(None, action)
+            step, observations, carry, stats, key = act_step(
+                state.agent_state, add_seed_axis(raw), observations, carry, stats, key
             )
             action = jax.device_get(step.action[0])
             steps.append(step)
-        return finish(state, steps, carry, stats, key)
+        return finish(state, steps, observations, carry, stats, key)
 
     @jax.jit
-    def act_first(agent_state, timestep, key):
-        def one(agent_state, timestep, key):
-            carry = agent.initial_carry(env.num_envs)
-            return act_and_record(agent, agent_state, timestep, carry, key)
+    def act_first(state: TrainState, raw, key):
+        def one(state, raw, key):
+            observations = pipeline.with_history_for(state.observations, env.num_envs)
+            episodes = EpisodeStats.zeros(env.num_envs)
+            stats = state.stats._replace(
+                episode_return=episodes.episode_return, episode_length=episodes.episode_length
+            )
+            pending, observations, carry, stats = observe_and_act(
+                agent,
+                pipeline,
+                state.agent_state,
+                raw,
+                observations,
+                agent.initial_carry(env.num_envs),
+                stats,
+                key,
+            )
+            return state._replace(
+                pending=pending, observations=observations, carry=carry, stats=stats
+            )
 
-        return jax.vmap(one)(agent_state, timestep, key)
+        return jax.vmap(one)(state, raw, key)
 
     def restart(state: TrainState, key) -> TrainState:
         """Fresh episodes: Gymnasium environment state cannot be saved in a checkpoint."""
         env_key, act_key = jax.random.split(key)
-        _, timestep = env.reset(env_key)
-        pending, carry = act_first(state.agent_state, add_seed_axis(timestep), act_key[None])
-        episodes = EpisodeStats.zeros(env.num_envs)
-        stats = state.stats._replace(
-            episode_return=episodes.episode_return[None],
-            episode_length=episodes.episode_length[None],
-        )
-        return state._replace(pending=pending, carry=carry, stats=stats)
+        _, raw = env.reset(env_key)
+        return act_first(state, add_seed_axis(raw), act_key[None])
 
-    host_evaluate = make_host_evaluate(agent, eval_env, temperatures)
+    host_evaluate = make_host_evaluate(agent, eval_env, temperatures, pipeline)
 
-    def evaluate(agent_state, keys):
-        unbatched = jax.tree.map(lambda x: x[0], agent_state)
-        return host_evaluate(unbatched, keys[0])[None]
+    def evaluate(state: TrainState, keys):
+        unbatched = jax.tree.map(lambda x: x[0], (state.agent_state, state.observations))
+        return host_evaluate(*unbatched, keys[0])[None]
 
     return Program(
         init=init,
@@ -349,6 +421,8 @@ def make_host_program(agent: Agent, env, eval_env, replay, temperatures) -> Prog
     )
 
 
-def make_program(agent: Agent, env, eval_env, replay, temperatures) -> Program:
+def make_program(
+    agent: Agent, env, eval_env, replay, temperatures, pipeline: ObservationPipeline
+) -> Program:
     make = make_jax_program if env.is_jax else make_host_program
-    return make(agent, env, eval_env, replay, tuple(float(t) for t in temperatures))
+    return make(agent, env, eval_env, replay, tuple(float(t) for t in temperatures), pipeline)
