@@ -57,9 +57,16 @@ def _train_until_checkpoint(monkeypatch, setup, run_dir, kill_at):
     monkeypatch.setattr(checkpoints.Checkpointer, "save", original)
 
 
-@pytest.mark.parametrize("separate_eval", [True, False])
-def test_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch, separate_eval):
-    run = small_run(separate_eval=separate_eval)
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"separate_eval": False},
+        {"normalize_observations": True, "len_history_for_policy": 2},
+    ],
+)
+def test_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch, overrides):
+    run = small_run(**overrides)
     straight = train(build("ppo", SMALL_PPO, run), str(tmp_path / "straight"))
     interrupted = str(tmp_path / "interrupted")
     _train_until_checkpoint(monkeypatch, build("ppo", SMALL_PPO, run), interrupted, kill_at=8)

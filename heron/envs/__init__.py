@@ -89,4 +89,12 @@ def _make_gym(env_id: str, name: str, num_envs: int, max_episode_steps: int | No
     return GymEnv(make_vector_env, num_envs, env_id, limit)
 
 
+def _register_builtin() -> None:
+    from heron.envs.classic import masked_cartpole
+
+    register("CartPole-masked-v1", masked_cartpole)
+
+
+_register_builtin()
+
 __all__ = ["GymEnv", "JaxEnv", "UnknownEnvError", "make", "parse_env_id", "register"]
