@@ -68,6 +68,7 @@ def _batch(agent, state, n=64):
         advantage[None],
         extras["value"][None] + 1.0,
         jnp.ones((1, n)),
+        jnp.zeros((1, n), bool),
     )
 
 

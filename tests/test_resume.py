@@ -1,5 +1,6 @@
 """Checkpoints, exact resume, several seeds in one program, and the save rule."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -57,19 +58,25 @@ def _train_until_checkpoint(monkeypatch, setup, run_dir, kill_at):
     monkeypatch.setattr(checkpoints.Checkpointer, "save", original)
 
 
+RECURRENT_PPO = dataclasses.replace(
+    SMALL_PPO, core="lstm", use_rollout_state=True, mini_batch_length=4
+)
+
+
 @pytest.mark.parametrize(
-    "overrides",
+    "overrides, ppo",
     [
-        {},
-        {"separate_eval": False},
-        {"normalize_observations": True, "len_history_for_policy": 2},
+        ({}, SMALL_PPO),
+        ({"separate_eval": False}, SMALL_PPO),
+        ({"normalize_observations": True, "len_history_for_policy": 2}, SMALL_PPO),
+        ({"env": "heron:CartPole-masked-v1"}, RECURRENT_PPO),
     ],
 )
-def test_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch, overrides):
+def test_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch, overrides, ppo):
     run = small_run(**overrides)
-    straight = train(build("ppo", SMALL_PPO, run), str(tmp_path / "straight"))
+    straight = train(build("ppo", ppo, run), str(tmp_path / "straight"))
     interrupted = str(tmp_path / "interrupted")
-    _train_until_checkpoint(monkeypatch, build("ppo", SMALL_PPO, run), interrupted, kill_at=8)
+    _train_until_checkpoint(monkeypatch, build("ppo", ppo, run), interrupted, kill_at=8)
     resumed = resume(interrupted)
     assert resumed["params_digest"] == straight["params_digest"]
     assert resumed["best_eval_return"] == straight["best_eval_return"]

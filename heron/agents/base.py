@@ -40,6 +40,8 @@ class TrainSchedule:
     mini_batch_length: int = 1
     replay: str = "one_time"
     mini_batch_size_field: str = "mini_batch_size"  # the config field, for error messages
+    recurrent: bool = False  # the agent carries state from step to step
+    use_rollout_state: bool = False  # record that state in the experience and train from it
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,6 +21,7 @@ from heron import ops
 from heron.agents.base import Agent, TrainSchedule, check, check_scheduled
 from heron.networks import PolicyValueNet, action_distribution, sample_action
 from heron.networks.policy_value import ACTIVATIONS
+from heron.networks.recurrent import CORES, RecurrentPolicyValueNet
 from heron.schedules import as_schedule
 from heron.specs import EnvSpec
 from heron.types import Experience, StepType, TimeStep
@@ -69,6 +70,14 @@ class PPOConfig:
     """Separate policy and value torsos; False shares one torso (Trax's two_towers)."""
     hidden_sizes: tuple[int, ...] = (64, 64)
     """Hidden layer sizes of each torso."""
+    core: Literal["none", "lstm", "gru"] = "none"
+    """Recurrent core after the torso; its state resets where episodes start."""
+    core_size: int = 64
+    """Units of the recurrent core."""
+    mini_batch_length: int = 1
+    """Steps per training sequence (recurrent cores learn over sequences)."""
+    use_rollout_state: bool = False
+    """Start each training sequence from the core state recorded when acting (ALF)."""
     activation: Literal["tanh", "relu", "elu", "gelu"] = "tanh"
     """Hidden activation."""
 
@@ -91,6 +100,20 @@ class PPOConfig:
             f"ppo.hidden_sizes must be positive layer sizes, got {self.hidden_sizes}",
         )
         check(
+            self.core in ("none", *CORES),
+            f"ppo.core must be one of none, {', '.join(CORES)}, got {self.core!r}",
+        )
+        check(self.core_size >= 1, f"ppo.core_size must be >= 1, got {self.core_size}")
+        check(
+            self.mini_batch_length >= 1,
+            f"ppo.mini_batch_length must be >= 1, got {self.mini_batch_length}",
+        )
+        check(
+            self.optimizer_batch_size % self.mini_batch_length == 0,
+            f"ppo.optimizer_batch_size={self.optimizer_batch_size} must be a multiple of "
+            f"ppo.mini_batch_length={self.mini_batch_length} (whole sequences per mini-batch)",
+        )
+        check(
             self.activation in ACTIVATIONS,
             f"ppo.activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}",
         )
@@ -111,6 +134,8 @@ class PPOBatch(NamedTuple):
     advantage: jax.Array
     value_target: jax.Array
     mask: jax.Array  # 0 at LAST steps, whose action was never executed
+    first: jax.Array  # bool: FIRST steps, where a recurrent core resets
+    rollout_state: Any = ()  # the core state recorded before acting, under use_rollout_state
 
 
 def _masked_mean(x, mask):
@@ -123,7 +148,20 @@ def _normalize(advantage, mask):
     return (advantage - mean) / (std + 1e-8)
 
 
-def make_ppo(spec: EnvSpec, config: PPOConfig) -> Agent:
+class _Network(NamedTuple):
+    """How PPO runs its network, feed-forward or recurrent (chosen once in make_ppo).
+
+    step: (params, carry, timestep [B]) -> (carry, (dist_params, value)), for acting.
+    sequence: (params, batch [L, M]) -> (dist_params, value) [L, M], for training.
+    """
+
+    init: Any
+    initial_carry: Any
+    step: Any
+    sequence: Any
+
+
+def _feed_forward(spec: EnvSpec, config: PPOConfig) -> _Network:
     network = PolicyValueNet(
         spec=spec.action,
         hidden_sizes=config.hidden_sizes,
@@ -131,6 +169,55 @@ def make_ppo(spec: EnvSpec, config: PPOConfig) -> Agent:
         two_towers=config.two_towers,
         observation_ndim=len(spec.observation_shape),
     )
+
+    def init(key):
+        return network.init(key, jnp.zeros((1,) + spec.observation_shape, jnp.float32))
+
+    def step(params, carry, timestep):
+        return carry, network.apply(params, timestep.observation)
+
+    def sequence(params, batch):
+        return network.apply(params, batch.observation)
+
+    return _Network(init, lambda batch_size: (), step, sequence)
+
+
+def _recurrent(spec: EnvSpec, config: PPOConfig) -> _Network:
+    network = RecurrentPolicyValueNet(
+        spec=spec.action,
+        core=config.core,
+        core_size=config.core_size,
+        hidden_sizes=config.hidden_sizes,
+        activation=config.activation,
+        two_towers=config.two_towers,
+        observation_ndim=len(spec.observation_shape),
+    )
+
+    def init(key):
+        observation = jnp.zeros((1,) + spec.observation_shape, jnp.float32)
+        return network.init(key, network.initial_state(1), observation, jnp.ones(1, bool))
+
+    def step(params, carry, timestep):
+        return network.apply(params, carry, timestep.observation, timestep.is_first())
+
+    def sequence(params, batch):
+        if config.use_rollout_state:
+            carry = jax.tree.map(lambda x: x[0], batch.rollout_state)
+        else:
+            carry = network.initial_state(batch.first.shape[1])
+
+        def one_step(carry, inputs):
+            observation, first = inputs
+            return network.apply(params, carry, observation, first)
+
+        _, outputs = jax.lax.scan(one_step, carry, (batch.observation, batch.first))
+        return outputs
+
+    return _Network(init, network.initial_state, step, sequence)
+
+
+def make_ppo(spec: EnvSpec, config: PPOConfig) -> Agent:
+    network = (_feed_forward if config.core == "none" else _recurrent)(spec, config)
     schedules = {name: as_schedule(getattr(config, name)) for name, *_ in SCHEDULED_RANGES}
     clip = (
         []
@@ -140,16 +227,11 @@ def make_ppo(spec: EnvSpec, config: PPOConfig) -> Agent:
     optimizer = optax.chain(*clip, optax.adam(schedules["learning_rate"], eps=1e-5))
 
     def init(key) -> PPOState:
-        observation = jnp.zeros((1,) + spec.observation_shape, jnp.float32)
-        params = network.init(key, observation)
+        params = network.init(key)
         return PPOState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
 
-    def initial_carry(batch_size: int):
-        del batch_size
-        return ()
-
     def act(state: PPOState, timestep: TimeStep, carry, key, mode="rollout", temperature=1.0):
-        dist_params, value = network.apply(state.params, timestep.observation)
+        carry, (dist_params, value) = network.step(state.params, carry, timestep)
         if mode == "rollout":
             dist = action_distribution(spec.action, dist_params)
             action, log_prob = dist.sample_and_log_prob(seed=key)
@@ -178,11 +260,14 @@ def make_ppo(spec: EnvSpec, config: PPOConfig) -> Agent:
             advantage=advantage,
             value_target=advantage + values[:, :-1],
             mask=1.0 - is_last[:, :-1],
+            first=experience.step_type[:, :-1] == StepType.FIRST,
+            rollout_state=jax.tree.map(lambda x: x[:, :-1], experience.state),
         )
 
     def loss(params, batch: PPOBatch, step):
+        """The PPO loss on a mini-batch of sequences [L, M]."""
         epsilon = schedules["epsilon"](step)
-        dist_params, value = network.apply(params, batch.observation)
+        dist_params, value = network.sequence(params, batch)
         dist = action_distribution(spec.action, dist_params)
         log_prob = dist.log_prob(batch.action)
         log_ratio = log_prob - batch.log_prob
@@ -213,10 +298,9 @@ def make_ppo(spec: EnvSpec, config: PPOConfig) -> Agent:
         return total, metrics
 
     def update(state: PPOState, batch: PPOBatch, key):
-        """One optimiser step on a mini-batch [L, M] (feed-forward: steps are independent)."""
+        """One optimiser step on a mini-batch of sequences [L, M]."""
         del key
-        flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)
-        grads, metrics = jax.grad(loss, has_aux=True)(state.params, flat, state.update_step)
+        grads, metrics = jax.grad(loss, has_aux=True)(state.params, batch, state.update_step)
         for name, schedule in schedules.items():
             if not schedule.is_constant:
                 metrics[f"schedule/{name}"] = schedule(state.update_step)
@@ -235,13 +319,15 @@ def make_ppo(spec: EnvSpec, config: PPOConfig) -> Agent:
         schedule=TrainSchedule(
             unroll_length=config.unroll_length,
             num_updates=config.n_optimizer_steps,
-            mini_batch_size=config.optimizer_batch_size,
-            mini_batch_length=1,
+            mini_batch_size=config.optimizer_batch_size // config.mini_batch_length,
+            mini_batch_length=config.mini_batch_length,
             replay="one_time",
             mini_batch_size_field="ppo.optimizer_batch_size",
+            recurrent=config.core != "none",
+            use_rollout_state=config.use_rollout_state and config.core != "none",
         ),
         init=init,
-        initial_carry=initial_carry,
+        initial_carry=network.initial_carry,
         act=act,
         preprocess=preprocess,
         update=update,

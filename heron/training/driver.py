@@ -20,6 +20,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from typing import Any
 
 import jax
@@ -73,19 +74,37 @@ class Setup:
 
     def program(self) -> Program:
         return make_program(
-            self.agent, self.env, self.eval_env, self.replay, self.run.eval_temperatures,
+            self.agent,
+            self.env,
+            self.eval_env,
+            self.replay,
+            self.run.eval_temperatures,
             self.pipeline,
         )
 
 
 def _check_schedule(agent: agents.Agent, num_envs: int) -> None:
+    """ALF's rules for training on sequences, and mini-batches that tile the batch."""
     schedule = agent.schedule
-    batch_steps = schedule.unroll_length * num_envs
-    if batch_steps % schedule.mini_batch_length:
+    name = agent.name
+    if schedule.unroll_length % schedule.mini_batch_length:
         raise ConfigError(
-            f"mini_batch_length {schedule.mini_batch_length} must divide the batch of "
-            f"{batch_steps} steps"
+            f"{name}.unroll_length={schedule.unroll_length} is not a multiple of "
+            f"{name}.mini_batch_length={schedule.mini_batch_length}: training sequences must "
+            "not cross from one environment's unroll into another's"
         )
+    if schedule.recurrent and not schedule.use_rollout_state:
+        if schedule.mini_batch_length == 1:
+            raise ConfigError(
+                f"a recurrent {name} trained on sequences of length 1 never uses its memory: "
+                f"set {name}.use_rollout_state True (train from the recorded state) or "
+                f"{name}.mini_batch_length > 1"
+            )
+        _warn_once(
+            f"heron: a recurrent {name} trains each sequence from a zero state; consider "
+            f"{name}.use_rollout_state True to start from the state recorded when acting"
+        )
+    batch_steps = schedule.unroll_length * num_envs
     sequences = batch_steps // schedule.mini_batch_length
     if sequences % schedule.mini_batch_size:
         divisors = [d for d in (32, 64, 128, 256, 512, 1024) if sequences % d == 0]
@@ -95,6 +114,15 @@ def _check_schedule(agent: agents.Agent, num_envs: int) -> None:
             f"of num_envs x unroll_length = {num_envs} x {schedule.unroll_length} = "
             f"{batch_steps} steps{hint}"
         )
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, stacklevel=3)
 
 
 def build(algo: str, agent_config, run: RunConfig) -> Setup:

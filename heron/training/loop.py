@@ -57,7 +57,8 @@ def update_episode_stats(stats: EpisodeStats, timestep: TimeStep) -> EpisodeStat
 def act_and_record(agent: Agent, agent_state, timestep: TimeStep, carry, key):
     """Acts on ``timestep`` and returns the Experience step [B] and the new carry."""
     action, new_carry, extras = agent.act(agent_state, timestep, carry, key, mode="rollout")
-    return Experience.from_timestep(timestep, action, extras), new_carry
+    rollout_state = carry if agent.schedule.use_rollout_state else ()
+    return Experience.from_timestep(timestep, action, extras, rollout_state), new_carry
 
 
 def batch_major(experience):
