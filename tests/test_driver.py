@@ -27,7 +27,7 @@ def _counting_agent(num_updates, mini_batch_size, mini_batch_length, stop_after=
         metrics = {"count": state["count"] + 1.0}
         return {"count": state["count"] + 1, "seen": seen}, metrics
 
-    stop = (lambda m: m["count"] >= stop_after) if stop_after else (lambda m: False)
+    stop = (lambda m: m["count"] >= stop_after) if stop_after else None
     return Agent(
         name="counting",
         config=None,
@@ -152,3 +152,23 @@ def test_non_finite_loss_stops_training_and_writes_no_checkpoint(tmp_path):
     with pytest.raises(TrainingError, match="non-finite .*loss/total.* at step 64"):
         train(setup, str(tmp_path / "run"))
     assert not any((tmp_path / "run" / "checkpoints").glob("*"))
+
+
+def test_ppo_target_kl_stops_the_passes_early():
+    from heron.training.driver import _seed_keys
+
+    updates = {}
+    for target_kl in (float("inf"), 1e-5):
+        config = PPOConfig(
+            unroll_length=16,
+            optimizer_batch_size=32,
+            n_optimizer_steps=4,
+            target_kl=target_kl,
+            learning_rate=1e-2,
+        )
+        program = build("ppo", config, small_run()).program()
+        state = program.init(_seed_keys([0]))
+        _, metrics = program.iteration(state)
+        updates[target_kl] = float(metrics["train/updates"][0])
+    assert updates[float("inf")] == 8  # 4 passes x 2 mini-batches
+    assert 1 <= updates[1e-5] < 8

@@ -56,7 +56,8 @@ class Agent:
     preprocess: Callable
     update: Callable
     params: Callable  # state -> the parameters that define the policy (for digests, eval)
-    stop_updates: Callable = lambda metrics: False  # early stop of this iteration's updates
+    # metrics -> bool: skip this iteration's remaining updates (None: never stop early)
+    stop_updates: Callable | None = None
 
 
 class ConfigError(ValueError):

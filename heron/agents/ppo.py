@@ -332,5 +332,5 @@ def make_ppo(spec: EnvSpec, config: PPOConfig) -> Agent:
         preprocess=preprocess,
         update=update,
         params=lambda state: state.params,
-        stop_updates=stop_updates,
+        stop_updates=None if math.isinf(config.target_kl) else stop_updates,
     )

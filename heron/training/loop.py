@@ -92,9 +92,12 @@ def train_on_batch(agent: Agent, agent_state, batch, key):
         def run(state):
             return agent.update(state, minibatch, update_key)
 
-        metrics_shape = jax.eval_shape(run, state)[1]
+        if agent.stop_updates is None:  # nothing can stop the updates early
+            state, metrics = run(state)
+            return (state, stopped), (metrics, ~stopped)
 
         def skip(state):
+            metrics_shape = jax.eval_shape(run, state)[1]
             return state, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metrics_shape)
 
         state, metrics = jax.lax.cond(stopped, skip, run, state)
