@@ -180,6 +180,7 @@ class _Loop:
         self.greedy_index = int(np.argmin(run.eval_temperatures))
         self.greedy_history: list[np.ndarray] = []  # [K] greedy returns per evaluation
         self.train_time, self.timed_steps = 0.0, 0
+        self.latest_return = math.nan  # mean return of the episodes ended since the last log
         self.checkpointer = checkpoints.Checkpointer(run_dir, run.keep_checkpoints)
         self.logger = RunLogger(run_dir, setup.iterations * setup.steps_per_iteration)
 
@@ -322,7 +323,7 @@ class _Loop:
                 round(self.timed_steps / self.train_time, 1) if self.train_time else None
             ),
             "final_eval_return": _number(np.mean(history[-1])) if len(history) else None,
-            "best_eval_return": _number(np.max(history.mean(axis=1))) if len(history) else None,
+            "best_eval_return": _best(history.mean(axis=1)) if len(history) else None,
             "params_digest": params_digest(per_seed_params[0] if setup.run.seeds == 1 else params),
         }
         if setup.run.seeds > 1:
@@ -330,7 +331,7 @@ class _Loop:
                 {
                     "seed": seed,
                     "final_eval_return": _number(history[-1, k]),
-                    "best_eval_return": _number(np.max(history[:, k])),
+                    "best_eval_return": _best(history[:, k]),
                     "params_digest": params_digest(per_seed_params[k]),
                 }
                 for k, seed in enumerate(setup.seeds)
@@ -341,6 +342,12 @@ class _Loop:
 def _number(value) -> float | None:
     value = float(value)
     return value if math.isfinite(value) else None
+
+
+def _best(values) -> float | None:
+    """The largest finite value (an evaluation with no finished episode has none)."""
+    finite = np.asarray(values)[np.isfinite(values)]
+    return float(finite.max()) if finite.size else None
 
 
 def train(setup: Setup, run_dir: str) -> dict:
