@@ -104,9 +104,18 @@ def test_alf_refusals_and_warning():
     ):
         build(
             "ppo",
-            PPOConfig(core="lstm", unroll_length=30, mini_batch_length=8, optimizer_batch_size=40),
+            PPOConfig(
+                core="lstm",
+                unroll_length=30,
+                mini_batch_length=8,
+                optimizer_batch_size=40,
+                use_rollout_state=True,
+            ),
             run,
         )
+    from heron.training import driver
+
+    driver._WARNED.clear()  # the warning is given once per process
     with pytest.warns(UserWarning, match="consider ppo.use_rollout_state True"):
         build(
             "ppo",

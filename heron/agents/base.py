@@ -31,7 +31,8 @@ class TrainSchedule:
     num_updates: passes over the replayed experience per iteration.
     mini_batch_size: sequences per optimiser step.
     mini_batch_length: steps per sequence (1 = independent transitions).
-    replay: replayer name; ``one_time`` replays everything once collected, then clears it.
+    replay: replayer name; ``one_time`` replays everything once collected, then clears it;
+      ``uniform`` keeps ``replay_capacity`` steps per env and samples fresh mini-batches.
     """
 
     unroll_length: int
@@ -40,6 +41,9 @@ class TrainSchedule:
     mini_batch_length: int = 1
     replay: str = "one_time"
     mini_batch_size_field: str = "mini_batch_size"  # the config field, for error messages
+    replay_capacity: int = 0  # steps kept per environment by a sampling replay
+    min_replay_size: int = 0  # transitions stored before the first update
+    replay_ratio: float | None = None  # updates per collected env step (sets num_updates)
     recurrent: bool = False  # the agent carries state from step to step
     use_rollout_state: bool = False  # record that state in the experience and train from it
 

@@ -87,12 +87,6 @@ def _check_schedule(agent: agents.Agent, num_envs: int) -> None:
     """ALF's rules for training on sequences, and mini-batches that tile the batch."""
     schedule = agent.schedule
     name = agent.name
-    if schedule.unroll_length % schedule.mini_batch_length:
-        raise ConfigError(
-            f"{name}.unroll_length={schedule.unroll_length} is not a multiple of "
-            f"{name}.mini_batch_length={schedule.mini_batch_length}: training sequences must "
-            "not cross from one environment's unroll into another's"
-        )
     if schedule.recurrent and not schedule.use_rollout_state:
         if schedule.mini_batch_length == 1:
             raise ConfigError(
@@ -103,6 +97,14 @@ def _check_schedule(agent: agents.Agent, num_envs: int) -> None:
         _warn_once(
             f"heron: a recurrent {name} trains each sequence from a zero state; consider "
             f"{name}.use_rollout_state True to start from the state recorded when acting"
+        )
+    if schedule.replay != "one_time":
+        return  # sequences are sampled from the replay, not cut from the collected batch
+    if schedule.unroll_length % schedule.mini_batch_length:
+        raise ConfigError(
+            f"{name}.unroll_length={schedule.unroll_length} is not a multiple of "
+            f"{name}.mini_batch_length={schedule.mini_batch_length}: training sequences must "
+            "not cross from one environment's unroll into another's"
         )
     batch_steps = schedule.unroll_length * num_envs
     sequences = batch_steps // schedule.mini_batch_length
@@ -138,12 +140,30 @@ def build(algo: str, agent_config, run: RunConfig) -> Setup:
     pipeline = ObservationPipeline(
         env.spec, run.normalize_observations, run.len_history_for_policy, run.reward_scale
     )
-    agent = agents.make(algo, pipeline.spec, agent_config)
+    agent = _resolve_replay_ratio(agents.make(algo, pipeline.spec, agent_config), run.num_envs)
     _check_schedule(agent, run.num_envs)
-    replay = make_replay(agent.schedule.replay)
+    replay = _make_replay(agent.schedule, run.num_envs)
     steps_per_iteration = agent.schedule.unroll_length * run.num_envs
     iterations = max(1, math.ceil(run.steps / steps_per_iteration))
     return Setup(algo, agent_config, run, env, eval_env, agent, replay, pipeline, iterations)
+
+
+def _resolve_replay_ratio(agent: agents.Agent, num_envs: int) -> agents.Agent:
+    """Off-policy agents may ask for a replay ratio: updates per collected env step."""
+    schedule = agent.schedule
+    if schedule.replay_ratio is None:
+        return agent
+    steps = schedule.unroll_length * num_envs
+    num_updates = max(1, round(schedule.replay_ratio * steps))
+    return dataclasses.replace(
+        agent, schedule=dataclasses.replace(schedule, num_updates=num_updates)
+    )
+
+
+def _make_replay(schedule, num_envs: int):
+    if schedule.replay == "one_time":
+        return make_replay("one_time")
+    return make_replay(schedule.replay, capacity=schedule.replay_capacity, num_envs=num_envs)
 
 
 def default_run_dir(algo: str, env_id: str) -> str:

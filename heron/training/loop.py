@@ -144,12 +144,53 @@ class TrainState(NamedTuple):
 
 
 def learn(agent: Agent, replay, state: TrainState, unroll, key):
-    """replay -> preprocess -> mini-batch updates on an unroll [B, T+1]."""
+    """Hands an unroll [B, T+1] to the replay and trains on what the replay gives back."""
+    if agent.schedule.replay == "one_time":
+        return learn_on_policy(agent, replay, state, unroll, key)
+    return learn_off_policy(agent, replay, state, unroll, key)
+
+
+def learn_on_policy(agent: Agent, replay, state: TrainState, unroll, key):
+    """replay everything once, then clear it -> preprocess -> mini-batch passes."""
     replay_state = replay.add(state.replay_state, unroll)
     experience = replay.replay_all(replay_state)
     replay_state = replay.clear(replay_state)
     batch = agent.preprocess(state.agent_state, experience)
     agent_state, metrics = train_on_batch(agent, state.agent_state, batch, key)
+    return agent_state, replay_state, metrics
+
+
+def learn_off_policy(agent: Agent, replay, state: TrainState, unroll, key):
+    """Adds the unroll's new steps to a sampling replay; once ``min_replay_size`` steps are
+    stored, ``num_updates`` optimiser steps, each on ``mini_batch_size`` sequences of
+    ``mini_batch_length`` steps drawn afresh (time-major [L, M] for ``agent.update``)."""
+    schedule = agent.schedule
+    length, size = schedule.mini_batch_length, schedule.mini_batch_size
+    # Consecutive unrolls overlap by one step: its last step is the next one's first.
+    replay_state = replay.add(state.replay_state, jax.tree.map(lambda x: x[:, :-1], unroll))
+    stored = replay.size(replay_state) * replay.num_envs
+    ready = (stored >= schedule.min_replay_size) & (
+        replay.num_valid_starts(replay_state, length) > 0
+    )
+
+    def one_update(agent_state, update_key):
+        sample_key, update_key = jax.random.split(update_key)
+        batch = agent.preprocess(agent_state, replay.sample(replay_state, sample_key, size, length))
+        batch = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), batch)
+        return agent.update(agent_state, batch, update_key)
+
+    def train(agent_state):
+        agent_state, metrics = jax.lax.scan(
+            one_update, agent_state, jax.random.split(key, schedule.num_updates)
+        )
+        return agent_state, jax.tree.map(jnp.mean, metrics)
+
+    def wait(agent_state):
+        metrics_shape = jax.eval_shape(train, agent_state)[1]
+        return agent_state, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metrics_shape)
+
+    agent_state, metrics = jax.lax.cond(ready, train, wait, state.agent_state)
+    metrics["train/updates"] = jnp.where(ready, schedule.num_updates, 0).astype(jnp.float32)
     return agent_state, replay_state, metrics
 
 
