@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from heron.agents.base import Agent, ConfigError, TrainSchedule
+from heron.agents.crr import CRRConfig, make_crr
 from heron.agents.ppo import PPOConfig, make_ppo
 
 # name -> (config class, factory(spec, config) -> Agent)
-REGISTRY = {"ppo": (PPOConfig, make_ppo)}
+REGISTRY = {"ppo": (PPOConfig, make_ppo), "crr": (CRRConfig, make_crr)}
 
 
 class UnknownAgentError(ValueError):
@@ -31,6 +32,7 @@ def make(name: str, spec, config=None) -> Agent:
 
 __all__ = [
     "Agent",
+    "CRRConfig",
     "ConfigError",
     "PPOConfig",
     "REGISTRY",
