@@ -136,7 +136,9 @@ def test_config_refuses_out_of_range_values(field, value, message):
 
 
 def test_unknown_algorithm():
-    with pytest.raises(agents.UnknownAgentError, match="unknown algorithm 'foo'; available: ppo"):
+    with pytest.raises(
+        agents.UnknownAgentError, match="unknown algorithm 'foo'; available: crr, ppo"
+    ):
         agents.make("foo", _spec(gymnasium.spaces.Discrete(2)))
 
 
