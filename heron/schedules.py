@@ -98,10 +98,9 @@ class Constant(Schedule):
 
 
 @dataclasses.dataclass(frozen=True)
-class Linear(Schedule):
-    """From ``init`` at step 0 to ``end`` at step ``steps`` in a straight line, then ``end``."""
+class _Annealing(Schedule):
+    """From ``init`` at step 0 to ``end`` at step ``steps`` along ``_weight``, then ``end``."""
 
-    kind: ClassVar[str] = "linear"
     init: float
     end: float
     steps: int
@@ -111,9 +110,13 @@ class Linear(Schedule):
         _set_float(self, "end")
         _set_steps(self, "steps")
 
+    @staticmethod
+    def _weight(fraction: jax.Array) -> jax.Array:
+        raise NotImplementedError
+
     def __call__(self, step):
         fraction = jnp.clip(jnp.asarray(step, jnp.float32) / self.steps, 0.0, 1.0)
-        return _interpolate(self.init, self.end, fraction)
+        return _interpolate(self.init, self.end, self._weight(fraction))
 
     def value_range(self):
         return min(self.init, self.end), max(self.init, self.end)
@@ -123,28 +126,25 @@ class Linear(Schedule):
 
 
 @dataclasses.dataclass(frozen=True)
-class Cosine(Schedule):
+class Linear(_Annealing):
+    """From ``init`` at step 0 to ``end`` at step ``steps`` in a straight line, then ``end``."""
+
+    kind: ClassVar[str] = "linear"
+
+    @staticmethod
+    def _weight(fraction):
+        return fraction
+
+
+@dataclasses.dataclass(frozen=True)
+class Cosine(_Annealing):
     """``end + (init - end) * (1 + cos(pi * min(step, steps) / steps)) / 2``."""
 
     kind: ClassVar[str] = "cosine"
-    init: float
-    end: float
-    steps: int
 
-    def __post_init__(self):
-        _set_float(self, "init")
-        _set_float(self, "end")
-        _set_steps(self, "steps")
-
-    def __call__(self, step):
-        fraction = jnp.clip(jnp.asarray(step, jnp.float32) / self.steps, 0.0, 1.0)
-        return _interpolate(self.init, self.end, 0.5 * (1.0 - jnp.cos(jnp.pi * fraction)))
-
-    def value_range(self):
-        return min(self.init, self.end), max(self.init, self.end)
-
-    def _args(self):
-        return self.init, self.end, self.steps
+    @staticmethod
+    def _weight(fraction):
+        return 0.5 * (1.0 - jnp.cos(jnp.pi * fraction))
 
 
 @dataclasses.dataclass(frozen=True)
