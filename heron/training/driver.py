@@ -200,7 +200,7 @@ class _Loop:
         self.greedy_index = int(np.argmin(run.eval_temperatures))
         self.greedy_history: list[np.ndarray] = []  # [K] greedy returns per evaluation
         self.train_time, self.timed_steps = 0.0, 0
-        self.latest_return = math.nan  # mean return of the episodes ended since the last log
+        self.latest_return = math.nan  # mean return of the latest episodes to end
         self.checkpointer = checkpoints.Checkpointer(run_dir, run.keep_checkpoints)
         self.logger = RunLogger(run_dir, setup.iterations * setup.steps_per_iteration)
 
@@ -257,7 +257,8 @@ class _Loop:
     def _log_train(self, iteration: int, steps: int, metrics: dict, stats) -> None:
         count, mean, _ = self._episode_summary(stats, self.logged)
         self.logged = (stats.completed, stats.return_sum, stats.return_sq_sum)
-        self.latest_return = float(np.nanmean(mean)) if np.any(count > 0) else math.nan
+        if np.any(count > 0):  # otherwise the progress line keeps the last known return
+            self.latest_return = float(np.nanmean(mean))
         wall = self.wall()
         for k, seed in enumerate(self.setup.seeds):
             self.logger.write(
