@@ -1,0 +1,471 @@
+"""Pendulum-v1: heron CRR against Stable-Baselines3 SAC, side by side.
+
+Usage (from the repository root)::
+
+    .venv/bin/python benchmarks/pendulum.py [--quick] [--out PATH] [--wait-idle S]
+
+Every measurement is a fresh subprocess, so whole-process times include
+interpreter start-up, imports and (for heron) JAX compilation on an empty
+compilation cache:
+
+* SB3 SAC (torch CPU, one torch thread, 1 env, train_freq 1, gradient_steps 1,
+  so one update per env step) with rl-baselines3-zoo's Pendulum-v1
+  hyperparameters, in ``benchmarks/.venvs/sb3`` via ``_peers/sb3_sac.py``;
+* heron CRR through its CLI (``heron train crr``, 32 envs x unroll 1 per
+  iteration, ``--reward-scale 0.1``): gymnax Pendulum-v1 at replay ratio 1.0
+  (the same update-to-data ratio as SAC) and at heron's default 0.25, and
+  gym Pendulum-v1 at replay ratio 1.0.
+
+Both evaluate greedily (heron: temperature 0; SB3: deterministic) every
+``EVAL_EVERY`` env steps over ``EVAL_EPISODES`` episodes, and at the end.
+The script prints a table, the eval curves (return against env steps and
+against wall time), and heron's steps/s over SB3's at the same UTD (target
+``SPEEDUP_TARGET``). ``--quick`` shortens every run. Timings are reported, never
+asserted; a failing process has its stderr tail printed and the rest goes on.
+Results go to ``--out`` as JSON (default ``benchmarks/results/pendulum.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import shutil
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from _harness import SetupError
+from _peers._common import first_step_reaching
+from ppo_cartpole import (
+    BUSY_WARNING,
+    log,
+    machine_info,
+    measure,
+    other_load,
+    prepare_peer,
+    ratio,
+    record_run,
+    reset_dir,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+PEERS = BENCH / "_peers"
+
+HERON_ENVS_PER_ITERATION = 32  # heron's default --num-envs x --crr.unroll-length
+REWARD_SCALE = 0.1  # what heron's learner sees; eval returns stay unscaled
+EVAL_EVERY = 2_048  # env steps between greedy evaluations (64 heron iterations)
+EVAL_EPISODES = 8
+THRESHOLD_RETURN = -200.0  # "steps to >= -200": a usual bar for a swung-up pendulum
+SPEEDUP_TARGET = 5.0  # heron steps/s / SB3 steps/s at the same UTD
+# Env steps of the full runs: SB3 SAC (the zoo's n_timesteps), heron gymnax at UTD 1,
+# heron gymnax at its default UTD 0.25, heron gym at UTD 1 (short: ~70 steps/s on 2 cores).
+FULL_STEPS = (20_000, 20_000, 60_000, 8_000)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One planned measurement process."""
+
+    name: str
+    system: str  # "sb3" or "heron"
+    env: str
+    utd: float  # gradient updates per env step
+    steps: int
+
+
+def plan(quick: bool) -> list[Run]:
+    """The runs, in execution order (about 14 min in all on 2 idle cores; --quick about 5).
+
+    --quick keeps every heron run above the 2,000 steps heron's CRR stores before
+    its first update.
+    """
+    sac, utd1, default_utd, gym = (4_000, 4_000, 12_000, 4_000) if quick else FULL_STEPS
+    return [
+        Run("sb3_sac", "sb3", "gymnasium:Pendulum-v1", 1.0, sac),
+        Run("heron_gymnax_utd1", "heron", "gymnax:Pendulum-v1", 1.0, utd1),
+        Run("heron_gymnax_utd0.25", "heron", "gymnax:Pendulum-v1", 0.25, default_utd),
+        Run("heron_gym_utd1", "heron", "gym:Pendulum-v1", 1.0, gym),
+    ]
+
+
+@dataclass
+class Row:
+    """One row of the results table, with its eval curve."""
+
+    name: str
+    system: str
+    env: str
+    utd: float
+    status: str = "ok"  # ok | failed | skipped
+    steps: int | None = None
+    updates: int | None = None
+    whole_s: float | None = None
+    steps_per_s: float | None = None
+    final_return: float | None = None
+    best_return: float | None = None
+    steps_to_threshold: int | None = None
+    disturbed: bool = False
+    reason: str | None = None
+    # heron: median s per iteration {"filling": replay filling, "learning": with updates}
+    iteration_s: dict[str, float | None] | None = None
+    # {"step", "wall_s" (since process start), "return_mean", "return_std"}
+    curve: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def updates_per_step(self) -> float | None:
+        if self.updates is None or not self.steps:
+            return None
+        return self.updates / self.steps
+
+
+# --------------------------------------------------------------------------- SB3
+
+
+def bench_sb3(run: Run, args) -> tuple[Row, dict[str, Any]]:
+    """Run SB3 SAC once with periodic evaluation."""
+    row = Row(run.name, "SB3 SAC", run.env, run.utd)
+    try:
+        python = prepare_peer("sb3")
+    except SetupError as exc:
+        log(f"  skipped: could not prepare its venv: {exc}")
+        row.status, row.reason = "skipped", f"venv setup failed: {exc}"
+        return row, {}
+    argv = [
+        str(python), str(PEERS / "sb3_sac.py"), "--mode", "eval", "--steps", str(run.steps),
+        "--seed", str(args.seed), "--eval-every", str(EVAL_EVERY),
+        "--eval-episodes", str(EVAL_EPISODES), "--solved-return", str(THRESHOLD_RETURN),
+    ]  # fmt: skip
+    runs: dict[str, Any] = {}
+    payload = record_run(runs, run.name, f"SB3 SAC {run.steps:,} steps", measure(argv, args))
+    record = runs[run.name]
+    row.disturbed = other_load(record) > BUSY_WARNING
+    if payload is None:
+        row.status, row.reason = "failed", record.get("error")
+        return row, record
+    row.steps, row.updates = payload["steps"], payload["updates"]
+    row.whole_s = record["wall_s"]
+    row.steps_per_s = payload["steps_per_s_excluding_eval"]
+    row.final_return, row.best_return = payload["final_eval_return"], payload["best_eval_return"]
+    row.curve = [
+        {key: e[key] for key in ("step", "wall_s", "return_mean", "return_std")}
+        for e in payload["evals"]
+    ]
+    row.steps_to_threshold = first_step_reaching(row.curve, THRESHOLD_RETURN)
+    return row, record
+
+
+# --------------------------------------------------------------------------- heron
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """All JSON lines of a heron ``metrics.jsonl`` (unparsable lines skipped)."""
+    entries = []
+    with open(path) as lines:
+        for line in lines:
+            try:
+                entries.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return entries
+
+
+def heron_curve(entries: list[dict[str, Any]], startup_s: float) -> list[dict[str, Any]]:
+    """Greedy eval points; ``wall_s`` moved from heron's loop clock to process start.
+
+    heron's ``wall_s`` starts with its training loop, after imports and setup;
+    ``startup_s`` (whole-process time minus the loop's) is added so both systems'
+    curves count from process start. It includes process teardown, so the
+    shift is an upper bound by a second or so.
+    """
+    return [
+        {
+            "step": e["step"],
+            "wall_s": e["wall_s"] + startup_s,
+            "loop_wall_s": e["wall_s"],
+            "return_mean": e["return_mean"],
+            "return_std": e["return_std"],
+        }
+        for e in entries
+        if e.get("kind") == "eval" and e.get("temperature") == 0.0
+    ]
+
+
+def heron_updates(entries: list[dict[str, Any]]) -> int | None:
+    """Gradient updates of the run: ``train/updates`` summed over its train lines.
+
+    None unless there is one train line per iteration (so nothing is missed).
+    """
+    train = [e for e in entries if e.get("kind") == "train"]
+    if not train or len(train) != train[-1].get("iteration"):
+        return None
+    return int(sum(e.get("train/updates", 0.0) for e in train))
+
+
+def heron_iteration_s(entries: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Median seconds per iteration before the first update (replay filling) and after.
+
+    From consecutive train lines, leaving out the first iteration (compilation) and
+    those following an evaluation. Equal figures mean the warm-up iterations cost
+    as much as learning ones.
+    """
+    train = [e for e in entries if e.get("kind") == "train"]
+    eval_steps = {e["step"] for e in entries if e.get("kind") == "eval"}
+    filling, learning = [], []
+    for before, after in itertools.pairwise(train):
+        if before["step"] in eval_steps:
+            continue
+        seconds = after["wall_s"] - before["wall_s"]
+        (learning if after.get("train/updates", 0.0) > 0 else filling).append(seconds)
+    return {
+        "filling": statistics.median(filling) if filling else None,
+        "learning": statistics.median(learning) if learning else None,
+    }
+
+
+def heron_argv(run: Run, args, run_dir: Path) -> list[str]:
+    eval_every_n = max(1, round(EVAL_EVERY / HERON_ENVS_PER_ITERATION))
+    return [
+        str(args.heron), "train", "crr", "--env", run.env, "--steps", str(run.steps),
+        "--seed", str(args.seed), "--run-dir", str(run_dir),
+        "--reward-scale", str(REWARD_SCALE), "--eval-every-n", str(eval_every_n),
+        "--n-evals", str(EVAL_EPISODES), "--eval-temperatures", "0",
+        "--crr.replay-ratio", str(run.utd),
+    ]  # fmt: skip
+
+
+def bench_heron(run: Run, args) -> tuple[Row, dict[str, Any]]:
+    """Run ``heron train crr`` once, on an empty compilation cache."""
+    row = Row(run.name, "heron CRR", run.env, run.utd)
+    work = args.out.parent / "heron_runs"
+    run_dir = work / f"pendulum_{run.name}"
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # heron creates its run dir itself
+    cache = reset_dir(work / f"pendulum_{run.name}.jax-cache")
+    child = measure(heron_argv(run, args, run_dir), args, env={"HERON_COMPILE_CACHE": str(cache)})
+    runs: dict[str, Any] = {}
+    label = f"heron {run.env.split(':')[0]} UTD {run.utd:g}, {run.steps:,} steps"
+    payload = record_run(runs, run.name, label, child)
+    record = runs[run.name]
+    row.disturbed = other_load(record) > BUSY_WARNING
+    if payload is None:
+        row.status, row.reason = "failed", record.get("error")
+        return row, record
+    row.steps, row.whole_s = payload["steps"], record["wall_s"]
+    row.steps_per_s = payload.get("steps_per_s_after_compile")
+    row.final_return = payload.get("final_eval_return")
+    row.best_return = payload.get("best_eval_return")
+    metrics = Path(payload.get("run_dir") or run_dir) / "metrics.jsonl"
+    if metrics.exists():
+        entries = read_metrics(metrics)
+        row.curve = heron_curve(entries, startup_s=max(0.0, row.whole_s - payload["wall_s"]))
+        row.updates = heron_updates(entries)
+        row.iteration_s = heron_iteration_s(entries)
+        row.steps_to_threshold = first_step_reaching(row.curve, THRESHOLD_RETURN)
+    else:
+        record["note"] = f"{metrics} not found"
+    return row, record
+
+
+# --------------------------------------------------------------------------- report
+
+
+def fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def format_table(rows: list[Row]) -> str:
+    """Fixed-width results table."""
+    header = (
+        "system", "env", "UTD", "status", "steps", "updates/step", "whole-process s",
+        "steps/s", "eval return (end)", "best", f"steps to >={THRESHOLD_RETURN:g}",
+    )  # fmt: skip
+    body = [
+        (
+            r.system,
+            r.env,
+            f"{r.utd:g}",
+            r.status + ("*" if r.disturbed else ""),
+            fmt(r.steps, ","),
+            fmt(r.updates_per_step, ".3f"),
+            fmt(r.whole_s, ".1f"),
+            fmt(r.steps_per_s, ",.0f"),
+            fmt(r.final_return, ".1f"),
+            fmt(r.best_return, ".1f"),
+            fmt(r.steps_to_threshold, ",") if r.status == "ok" else "-",
+        )
+        for r in rows
+    ]
+    return align([header, *body], numeric_from=4)
+
+
+def align(table: list[tuple[str, ...]], numeric_from: int) -> str:
+    """Columns padded to width; columns from ``numeric_from`` on right-aligned."""
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+
+    def line(row: tuple[str, ...]) -> str:
+        return "  ".join(
+            cell.rjust(w) if i >= numeric_from else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        )
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(table[0]), rule, *(line(row) for row in table[1:])])
+
+
+def format_curves(rows: list[Row]) -> str:
+    """Eval curves side by side, one column per run: "return @ wall s", by env step."""
+    shown = [r for r in rows if r.curve]
+    if not shown:
+        return "eval curves: none"
+    points = {r.name: {p["step"]: p for p in r.curve} for r in shown}
+    steps = sorted({step for by_step in points.values() for step in by_step})
+    header = ("step", *(f"{r.system} {r.env.split(':')[0]} UTD {r.utd:g}" for r in shown))
+    body = []
+    for step in steps:
+        cells = []
+        for r in shown:
+            p = points[r.name].get(step)
+            cells.append(f"{p['return_mean']:8.1f} @ {p['wall_s']:6.1f} s" if p else "")
+        body.append((f"{step:,}", *cells))
+    title = "eval curves (greedy mean return @ seconds since process start), by env step:"
+    return title + "\n" + align([header, *body], numeric_from=0)
+
+
+def format_iteration_times(rows: list[Row]) -> str:
+    """heron's median seconds per iteration while filling the replay and while learning."""
+    lines = ["heron median s per iteration (32 env steps): replay filling / learning:"]
+    for r in rows:
+        if r.iteration_s:
+            filling, learning = r.iteration_s["filling"], r.iteration_s["learning"]
+            lines.append(
+                f"  {r.env.split(':')[0]:<6} UTD {r.utd:<4g}  {fmt(filling, '.3f')} / "
+                f"{fmt(learning, '.3f')}"
+            )
+    return "\n".join(lines)
+
+
+def find(rows: list[Row], name: str) -> Row | None:
+    return next((r for r in rows if r.name == name and r.status == "ok"), None)
+
+
+def compute_ratios(rows: list[Row]) -> dict[str, float | None]:
+    """heron steps/s over SB3 steps/s (None where a side is missing)."""
+    sb3 = find(rows, "sb3_sac")
+    base = sb3.steps_per_s if sb3 else None
+    ratios = {}
+    for name in ("heron_gymnax_utd1", "heron_gym_utd1", "heron_gymnax_utd0.25"):
+        heron = find(rows, name)
+        ratios[f"{name}_over_sb3_steps_per_s"] = ratio(heron.steps_per_s if heron else None, base)
+    return ratios
+
+
+def format_ratios(ratios: dict[str, float | None]) -> str:
+    def show(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.2f}x"
+
+    same_utd = ratios["heron_gymnax_utd1_over_sb3_steps_per_s"]
+    verdict = "n/a"
+    if same_utd is not None:
+        verdict = "met" if same_utd >= SPEEDUP_TARGET else "NOT met"
+    return "\n".join(
+        [
+            "throughput, heron steps/s / SB3 SAC steps/s:",
+            f"  heron gymnax, UTD 1 (same UTD as SAC)   {show(same_utd)}"
+            f"   target >= {SPEEDUP_TARGET:g}x: {verdict}",
+            f"  heron gym,    UTD 1 (same UTD as SAC)   "
+            f"{show(ratios['heron_gym_utd1_over_sb3_steps_per_s'])}",
+            f"  heron gymnax, UTD 0.25 (heron default)  "
+            f"{show(ratios['heron_gymnax_utd0.25_over_sb3_steps_per_s'])}   (not the same UTD)",
+        ]
+    )
+
+
+NOTES = f"""\
+notes:
+  UTD            requested gradient updates per env step; updates/step is what the run did
+                 (heron: train/updates summed over metrics.jsonl; its first 2,000 steps fill
+                 the replay without updates; SB3: model._n_updates, learning_starts 100).
+                 Both use batches of 256 transitions.
+  whole-process  wall clock of a fresh process: start-up, imports, compilation (heron, on an
+                 empty cache), training and evaluation.
+  steps/s        SB3: steps / (learn() time - evaluation time); heron:
+                 steps_per_s_after_compile (training iterations after the first, no evals).
+  eval           greedy, every {EVAL_EVERY:,} env steps and at the end, {EVAL_EPISODES} episodes,
+                 unscaled returns. Curve times count from process start (heron's loop clock
+                 shifted by its start-up time, see heron_curve).
+  *              other processes loaded the CPUs during that run; its timings are disturbed.
+  one seed; single measurements on this machine."""
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="every run 5x shorter")
+    parser.add_argument(
+        "--out", type=Path, default=BENCH / "results" / "pendulum.json", help="results JSON path"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--heron", default=str(ROOT / ".venv" / "bin" / "heron"), help="heron CLI")
+    parser.add_argument(
+        "--timeout", type=float, default=1200.0, help="seconds allowed per measurement process"
+    )
+    parser.add_argument(
+        "--wait-idle",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="before each measurement, wait up to this long for other CPU load to go away",
+    )
+    args = parser.parse_args(argv)
+    args.out = args.out.resolve()
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    mode = "quick" if args.quick else "full"
+    log(f"Pendulum-v1: heron CRR vs SB3 SAC ({mode}), seed {args.seed}")
+    rows: list[Row] = []
+    records: dict[str, Any] = {}
+    for run in plan(args.quick):
+        bench = bench_sb3 if run.system == "sb3" else bench_heron
+        row, records[run.name] = bench(run, args)
+        rows.append(row)
+
+    ratios = compute_ratios(rows)
+    log("\n" + format_table(rows))
+    log("\n" + format_curves(rows))
+    log("\n" + format_ratios(ratios))
+    log("\n" + format_iteration_times(rows))
+    log("\n" + NOTES)
+
+    results = {
+        "benchmark": "pendulum",
+        "quick": args.quick,
+        "seed": args.seed,
+        "eval": {"every_steps": EVAL_EVERY, "episodes": EVAL_EPISODES, "greedy": True},
+        "heron_reward_scale": REWARD_SCALE,
+        "threshold_return": THRESHOLD_RETURN,
+        "speedup_target": SPEEDUP_TARGET,
+        "machine": machine_info(),
+        "total_wall_s": time.perf_counter() - started,
+        "rows": [{**asdict(r), "updates_per_step": r.updates_per_step} for r in rows],
+        "ratios": ratios,
+        "runs": records,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    log(f"\nresults written to {args.out} ({results['total_wall_s']:.0f} s in all)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
