@@ -128,6 +128,9 @@ def train_on_batch(agent: Agent, agent_state, batch, key):
     return agent_state, mean_metrics
 
 
+SEED_AXIS = "seeds"  # the vmapped axis of independent runs in every Program
+
+
 class TrainState(NamedTuple):
     """Everything a run needs to continue; saved whole in checkpoints."""
 
@@ -172,6 +175,10 @@ def learn_off_policy(agent: Agent, replay, state: TrainState, unroll, key):
     ready = (stored >= schedule.min_replay_size) & (
         replay.num_valid_starts(replay_state, length) > 0
     )
+    # Every seed fills its replay at the same pace; agreeing on that across the seed axis
+    # keeps ``ready`` unbatched, so the cond below skips the updates instead of computing
+    # and discarding them (a batched predicate turns a cond into a select).
+    ready = jax.lax.pmin(ready.astype(jnp.int32), SEED_AXIS) > 0
 
     def one_update(agent_state, update_key):
         sample_key, update_key = jax.random.split(update_key)
@@ -341,7 +348,8 @@ def make_jax_program(
     evaluate_one = make_jax_evaluate(agent, eval_env, temperatures, pipeline)
     init = jax.jit(jax.vmap(init_one))
     iteration = jax.jit(
-        jax.vmap(make_jax_iteration(agent, env, replay, pipeline)), donate_argnums=0
+        jax.vmap(make_jax_iteration(agent, env, replay, pipeline), axis_name=SEED_AXIS),
+        donate_argnums=0,
     )
     evaluate = jax.jit(
         jax.vmap(lambda state, key: evaluate_one(state.agent_state, state.observations, key))
@@ -406,7 +414,9 @@ def make_host_program(
             )
             return new_state, metrics
 
-        return jax.vmap(finish_one)(state, steps, observations, carry, stats, key)
+        return jax.vmap(finish_one, axis_name=SEED_AXIS)(
+            state, steps, observations, carry, stats, key
+        )
 
     def iteration(state: TrainState):
         observations, carry, stats, key = state.observations, state.carry, state.stats, state.key
