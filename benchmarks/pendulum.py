@@ -228,6 +228,7 @@ def heron_iteration_s(entries: list[dict[str, Any]]) -> dict[str, float | None]:
 
 
 def heron_argv(run: Run, args, run_dir: Path) -> list[str]:
+    """The ``heron train crr`` command line of ``run``."""
     eval_every_n = max(1, round(EVAL_EVERY / HERON_ENVS_PER_ITERATION))
     return [
         str(args.heron), "train", "crr", "--env", run.env, "--steps", str(run.steps),

@@ -66,6 +66,8 @@ class Summary:
     steps_per_s: float | None = None
     steps_to_solved: int | None = None
     solved_budget: int | None = None  # largest budget searched for the solved step
+    updates_per_1k: float | None = None  # gradient updates per 1,000 collected env steps
+    epochs: float | None = None  # passes over each collected sample
     disturbed: bool = False  # other processes loaded the CPUs during one of its runs
     reason: str | None = None
 
@@ -101,6 +103,7 @@ def other_load(run: dict) -> float:
 
 
 def any_disturbed(runs: dict) -> bool:
+    """Whether other processes loaded the CPUs during any of ``runs``."""
     return any(other_load(run) > BUSY_WARNING for run in runs.values())
 
 
@@ -114,11 +117,13 @@ def payload_value(runs: dict, names: tuple[str, ...], key: str) -> Any:
 
 
 def wall_of(runs: dict, name: str) -> float | None:
+    """Whole-process seconds of run ``name``, None if it is missing or failed."""
     run = runs.get(name)
     return run["wall_s"] if run and "error" not in run else None
 
 
 def status_of(runs: dict) -> str:
+    """ok, partial (some runs failed) or failed (all did, or there were none)."""
     failed = sum("error" in run for run in runs.values())
     if not runs or failed == len(runs):
         return "failed"
@@ -188,6 +193,8 @@ def bench_peer(name: str, script: str, mode_label: str, args, with_throughput: b
     summary.whole_s_1m = wall_of(runs, "whole_1m")
     rate_runs = ("throughput",) if with_throughput else ("whole_1m", "whole_100k")
     summary.steps_per_s = payload_value(runs, rate_runs, "steps_per_s")
+    summary.updates_per_1k = payload_value(runs, ("whole_100k", "eval"), "updates_per_1k_steps")
+    summary.epochs = payload_value(runs, ("whole_100k", "eval"), "epochs")
     summary.steps_to_solved = payload_value(runs, ("eval",), "steps_to_solved")
     summary.solved_budget = payload_value(runs, ("eval",), "steps")
     return summary, record
@@ -222,6 +229,7 @@ def greedy_evals(metrics_path: Path) -> list[dict[str, Any]]:
 
 
 def first_solved(evals: list[dict[str, Any]]) -> int | None:
+    """Smallest step whose greedy mean return reaches SOLVED_RETURN."""
     steps = [e["step"] for e in evals if e["return_mean"] >= SOLVED_RETURN]
     return min(steps) if steps else None
 
@@ -232,6 +240,21 @@ def reset_dir(path: Path) -> Path:
         shutil.rmtree(path)
     path.mkdir(parents=True)
     return path
+
+
+def heron_update_work(run_dir: Path) -> dict[str, float]:
+    """Gradient work per env step from a heron run's config.json (best effort).
+
+    Not part of the CLI contract: returns {} when the fields are not there.
+    """
+    try:
+        config = json.loads((run_dir / "config.json").read_text())
+        batch = config["run"]["num_envs"] * config["ppo"]["unroll_length"]
+        updates = config["ppo"]["n_optimizer_steps"]
+        samples = updates * config["ppo"]["optimizer_batch_size"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return {"updates_per_1k_steps": 1000 * updates / batch, "epochs": samples / batch}
 
 
 def heron_run(args, env: str, steps: int, run_dir: Path, cache_dir: Path | None):
@@ -250,7 +273,9 @@ def heron_run(args, env: str, steps: int, run_dir: Path, cache_dir: Path | None)
     child = measure(argv, args, env={"HERON_COMPILE_CACHE": str(cache_dir)} if cache_dir else None)
     extra: dict[str, Any] = {"compile_cache": str(cache_dir) if cache_dir else "heron default"}
     if child.ok:
-        metrics = Path(child.payload.get("run_dir") or run_dir) / "metrics.jsonl"
+        actual_dir = Path(child.payload.get("run_dir") or run_dir)
+        extra.update(heron_update_work(actual_dir))
+        metrics = actual_dir / "metrics.jsonl"
         if metrics.exists():
             evals = greedy_evals(metrics)
             extra.update(greedy_evals=evals, steps_to_solved=first_solved(evals))
@@ -266,6 +291,9 @@ def heron_summary(mode: str, runs: dict, order: list[tuple[str, int]]) -> Summar
     summary.whole_s_1m = wall_of(runs, f"{mode}_1m")
     by_budget = tuple(name for name, _ in reversed(order))
     summary.steps_per_s = payload_value(runs, by_budget, "steps_per_s_after_compile")
+    ok_runs = [run for run in runs.values() if "error" not in run]
+    summary.updates_per_1k = next((r.get("updates_per_1k_steps") for r in ok_runs), None)
+    summary.epochs = next((r.get("epochs") for r in ok_runs), None)
     for name, _ in order:
         run = runs.get(name, {})
         if "error" in run or "greedy_evals" not in run:
@@ -378,6 +406,12 @@ def fmt_solved(summary: Summary) -> str:
     return "-"
 
 
+def fmt_work(summary: Summary) -> str:
+    if summary.updates_per_1k is None or summary.epochs is None:
+        return "-"
+    return f"{summary.updates_per_1k:.1f}, {summary.epochs:g}"
+
+
 def table_row(s: Summary) -> tuple[str, ...]:
     status = s.status + ("*" if s.disturbed else "")
     return (
@@ -388,6 +422,7 @@ def table_row(s: Summary) -> tuple[str, ...]:
         fmt_seconds(s.whole_s_1m),
         fmt_rate(s.steps_per_s),
         fmt_solved(s),
+        fmt_work(s),
     )
 
 
@@ -401,10 +436,11 @@ def format_table(summaries: list[Summary]) -> str:
         "whole s @1M",
         "steps/s",
         "steps to greedy>=475",
+        "updates/1k, epochs",
     )
     rows = [table_row(summary) for summary in summaries]
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
-    numeric = {3, 4, 5, 6}
+    numeric = {3, 4, 5, 6, 7}
 
     def line(row) -> str:
         cells = [
@@ -443,7 +479,11 @@ notes:
   whole s      wall clock of a fresh process (start-up, imports, compilation, training).
                rejax/SB3 timing runs train without evaluation; heron's include its own evals.
   steps/s      rejax: second call of the compiled train function; SB3: steps / learn() time
-               (run without evaluation); heron: steps_per_s_after_compile of its largest run.
+               (run without evaluation, torch on 1 thread: its fastest setting here); heron:
+               steps_per_s_after_compile of its largest run.
+  updates/1k   gradient updates per 1,000 collected env steps, and epochs (passes over each
+               sample): each system's own PPO settings, so steps/s also reflects how much
+               learning work each does per env step, not only framework overhead.
   greedy>=475  first evaluation with greedy mean return >= {SOLVED_RETURN:g}. rejax/SB3: every
                {EVAL_EVERY:,} env steps over {EVAL_EPISODES} episodes, in a {STEPS_100K:,}-step run;
                heron: its own eval lines (temperature 0). "> N": not reached within N steps.

@@ -51,6 +51,14 @@ REJAX_CARTPOLE_PPO = {
 }
 
 
+def update_work() -> dict:
+    """Gradient work per collected env step, for comparing throughputs fairly."""
+    cfg = REJAX_CARTPOLE_PPO
+    batch = cfg["num_envs"] * cfg["num_steps"]
+    updates = cfg["num_epochs"] * cfg["num_minibatches"]
+    return {"updates_per_1k_steps": 1000 * updates / batch, "epochs": cfg["num_epochs"]}
+
+
 def no_eval(algo, ts, rng):
     """Evaluation callback that does nothing (used for timing runs)."""
     return jnp.zeros(())
@@ -165,6 +173,7 @@ def main() -> None:
                 "rejax", "gymnax", "jax", "jaxlib", "flax", "optax", "distrax"
             ),
             "jax_devices": [str(d) for d in jax.devices()],
+            **update_work(),
             **result,
         }
     )
