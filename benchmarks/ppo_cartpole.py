@@ -64,6 +64,7 @@ class Summary:
     whole_s_100k: float | None = None
     whole_s_1m: float | None = None
     steps_per_s: float | None = None
+    steps_per_s_end_to_end: float | None = None  # heron: its steps_per_s (compile, evals included)
     steps_to_solved: int | None = None
     solved_budget: int | None = None  # largest budget searched for the solved step
     updates_per_1k: float | None = None  # gradient updates per 1,000 collected env steps
@@ -291,6 +292,7 @@ def heron_summary(mode: str, runs: dict, order: list[tuple[str, int]]) -> Summar
     summary.whole_s_1m = wall_of(runs, f"{mode}_1m")
     by_budget = tuple(name for name, _ in reversed(order))
     summary.steps_per_s = payload_value(runs, by_budget, "steps_per_s_after_compile")
+    summary.steps_per_s_end_to_end = payload_value(runs, by_budget, "steps_per_s")
     ok_runs = [run for run in runs.values() if "error" not in run]
     summary.updates_per_1k = next((r.get("updates_per_1k_steps") for r in ok_runs), None)
     summary.epochs = next((r.get("epochs") for r in ok_runs), None)
@@ -387,6 +389,12 @@ def compute_ratios(summaries: list[Summary]) -> dict[str, float | None]:
         "heron_gymnax_over_rejax_steps_per_s": ratio(gymnax.steps_per_s, rejax.steps_per_s),
         "heron_gymnax_over_rejax_whole_s_100k": ratio(gymnax.whole_s_100k, rejax.whole_s_100k),
         "heron_gym_over_sb3_steps_per_s": ratio(gym.steps_per_s, sb3.steps_per_s),
+        "heron_gymnax_end_to_end_over_rejax_steps_per_s": ratio(
+            gymnax.steps_per_s_end_to_end, rejax.steps_per_s
+        ),
+        "heron_gym_end_to_end_over_sb3_steps_per_s": ratio(
+            gym.steps_per_s_end_to_end, sb3.steps_per_s
+        ),
     }
 
 
@@ -470,6 +478,11 @@ def format_ratios(ratios: dict[str, float | None]) -> str:
             f"  heron-gymnax whole-process 100k s / rejax's    "
             f"{show(ratios['heron_gymnax_over_rejax_whole_s_100k'])}  (lower is better)",
             f"  heron-gym steps/s / SB3 steps/s                {show(gym_vs_sb3)}{verdict}",
+            "  with heron's end-to-end steps_per_s (its compile, evals, checkpoints included):",
+            f"  heron-gymnax end-to-end steps/s / rejax's      "
+            f"{show(ratios['heron_gymnax_end_to_end_over_rejax_steps_per_s'])}",
+            f"  heron-gym end-to-end steps/s / SB3's           "
+            f"{show(ratios['heron_gym_end_to_end_over_sb3_steps_per_s'])}",
         ]
     )
 
