@@ -218,14 +218,24 @@ def observe_and_act(
     return step, observations, carry, stats
 
 
-def after_learning(state: TrainState, agent_state, replay_state, num_env_steps: int, **changes):
-    return state._replace(
+def learn_from_unroll(
+    agent: Agent, replay, state: TrainState, steps: Experience, key, learn_key, **changes
+):
+    """Joins the T new steps [T, B] to the pending one, learns from the unroll and advances
+    the state (iteration, env steps, key, pending step, and the given ``changes``)."""
+    unroll = join_unroll(state.pending, steps)
+    agent_state, replay_state, metrics = learn(agent, replay, state, unroll, learn_key)
+    unroll_length, num_envs = steps.step_type.shape
+    new_state = state._replace(
         agent_state=agent_state,
         replay_state=replay_state,
+        pending=jax.tree.map(lambda x: x[-1], steps),
+        key=key,
         iteration=state.iteration + 1,
-        env_steps=state.env_steps + num_env_steps,
+        env_steps=state.env_steps + unroll_length * num_envs,
         **changes,
     )
+    return new_state, metrics
 
 
 def make_jax_iteration(agent: Agent, env, replay, pipeline: ObservationPipeline):
@@ -253,24 +263,21 @@ def make_jax_iteration(agent: Agent, env, replay, pipeline: ObservationPipeline)
             state.stats,
             collect_key,
         )
-        (_, env_state, observations, pending, agent_carry, stats, _), steps = jax.lax.scan(
+        (_, env_state, observations, _, agent_carry, stats, _), steps = jax.lax.scan(
             env_step, carry, length=unroll_length
         )
-        unroll = join_unroll(state.pending, steps)
-        agent_state, replay_state, metrics = learn(agent, replay, state, unroll, learn_key)
-        new_state = after_learning(
+        return learn_from_unroll(
+            agent,
+            replay,
             state,
-            agent_state,
-            replay_state,
-            unroll_length * env.num_envs,
-            key=key,
+            steps,
+            key,
+            learn_key,
             env_state=env_state,
             observations=observations,
-            pending=pending,
             carry=agent_carry,
             stats=stats,
         )
-        return new_state, metrics
 
     return iteration
 
@@ -399,20 +406,17 @@ def make_host_program(
 
         def finish_one(state, steps, observations, carry, stats, key):
             key, learn_key = jax.random.split(key)
-            unroll = join_unroll(state.pending, steps)
-            agent_state, replay_state, metrics = learn(agent, replay, state, unroll, learn_key)
-            new_state = after_learning(
+            return learn_from_unroll(
+                agent,
+                replay,
                 state,
-                agent_state,
-                replay_state,
-                unroll_length * env.num_envs,
-                key=key,
+                steps,
+                key,
+                learn_key,
                 observations=observations,
-                pending=jax.tree.map(lambda x: x[-1], steps),
                 carry=carry,
                 stats=stats,
             )
-            return new_state, metrics
 
         return jax.vmap(finish_one, axis_name=SEED_AXIS)(
             state, steps, observations, carry, stats, key
