@@ -91,3 +91,17 @@ def sample(spec: ActionSpec, dist_params, key, temperature=1.0):
     sampled = policy_distribution(spec, dist_params, safe).sample(seed=key)
     greedy = jnp.argmax(dist_params, -1) if spec.is_discrete else jnp.tanh(dist_params["mean"])
     return jnp.where(temperature > 0, sampled, greedy).astype(greedy.dtype)
+
+
+class Critic(nn.Module):
+    """(observations [..., obs], actions [..., d]) -> Q(s, a) [...] (a scalar critic)."""
+
+    spec: ActionSpec
+    hidden_sizes: Sequence[int] = (256, 256)
+
+    @nn.compact
+    def __call__(self, observation, action):
+        if self.spec.is_discrete:
+            action = jax.nn.one_hot(action, self.spec.n_actions)
+        features = LayerNormMLP(self.hidden_sizes)(jnp.concatenate([observation, action], -1))
+        return nn.Dense(1)(features)[..., 0]

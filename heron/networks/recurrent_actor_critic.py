@@ -1,0 +1,98 @@
+"""Recurrent policies and critics for off-policy agents (recurrent CRR and SVG0).
+
+Each network steps once: (state, inputs [..., ...], first [...]) -> (state, outputs), with a
+LayerNormMLP torso before an LSTM or GRU core whose state is reset to zeros wherever
+``first`` is true (an episode starts there). Leading batch dimensions are arbitrary, so a
+state tiled over N action samples [N, B, size] steps N candidates at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from heron.networks.actor_critic import _LOG_STD_RANGE, LayerNormMLP
+from heron.specs import ActionSpec
+
+CORES = ("lstm", "gru")
+
+
+def zero_state(core: str, batch_shape: tuple[int, ...], size: int):
+    """A core's initial state: (c, h) for an LSTM, h for a GRU; [*batch_shape, size] each."""
+    zeros = jnp.zeros(tuple(batch_shape) + (size,), jnp.float32)
+    return (zeros, zeros) if core == "lstm" else zeros
+
+
+def reset_where(first, state):
+    """Zeros where ``first`` [...] is true; ``state`` [..., size] elsewhere."""
+    return jax.tree.map(lambda s: jnp.where(first[..., None], 0.0, s), state)
+
+
+class _Core(nn.Module):
+    core: Literal["lstm", "gru"]
+    core_size: int
+    hidden_sizes: Sequence[int]
+
+    @nn.compact
+    def __call__(self, state, inputs, first):
+        features = LayerNormMLP(self.hidden_sizes)(inputs)
+        cell = nn.OptimizedLSTMCell if self.core == "lstm" else nn.GRUCell
+        return cell(self.core_size)(reset_where(first, state), features)
+
+
+class RecurrentPolicy(nn.Module):
+    """(state, observation [..., obs], first [...]) -> (state, dist params), the heads of
+    ``actor_critic.Policy``: logits [..., n] or {mean, log_std} [..., d]."""
+
+    spec: ActionSpec
+    hidden_sizes: Sequence[int] = (256, 256)
+    core: Literal["lstm", "gru"] = "lstm"
+    core_size: int = 128
+
+    def initial_state(self, batch_shape):
+        return zero_state(self.core, batch_shape, self.core_size)
+
+    @nn.compact
+    def __call__(self, state, observation, first):
+        state, features = _Core(self.core, self.core_size, self.hidden_sizes)(
+            state, observation, first
+        )
+        if self.spec.is_discrete:
+            logits = nn.Dense(self.spec.n_actions, kernel_init=nn.initializers.zeros)(features)
+            return state, logits
+        size = len(self.spec.low)
+        mean = nn.Dense(
+            size, kernel_init=nn.initializers.variance_scaling(1e-4, "fan_in", "uniform")
+        )(features)
+        log_std = nn.Dense(size, kernel_init=nn.initializers.zeros)(features)
+        return state, {"mean": mean, "log_std": jnp.clip(log_std, *_LOG_STD_RANGE)}
+
+
+class RecurrentCritic(nn.Module):
+    """(state, observation [..., obs], action [..., d], first [...]) -> (state, output): the
+    logits [..., num_atoms] of a categorical Q when ``num_atoms`` is set, else Q [...]."""
+
+    spec: ActionSpec
+    hidden_sizes: Sequence[int] = (256, 256)
+    core: Literal["lstm", "gru"] = "lstm"
+    core_size: int = 128
+    num_atoms: int | None = None
+
+    def initial_state(self, batch_shape):
+        return zero_state(self.core, batch_shape, self.core_size)
+
+    @nn.compact
+    def __call__(self, state, observation, action, first):
+        if self.spec.is_discrete:
+            action = jax.nn.one_hot(action, self.spec.n_actions)
+        inputs = jnp.concatenate([observation, action.astype(observation.dtype)], -1)
+        state, features = _Core(self.core, self.core_size, self.hidden_sizes)(
+            state, inputs, first
+        )
+        if self.num_atoms is None:
+            return state, nn.Dense(1)(features)[..., 0]
+        return state, nn.Dense(self.num_atoms, kernel_init=nn.initializers.zeros)(features)
