@@ -5,9 +5,14 @@ from __future__ import annotations
 from heron.agents.base import Agent, ConfigError, TrainSchedule
 from heron.agents.crr import CRRConfig, make_crr
 from heron.agents.ppo import PPOConfig, make_ppo
+from heron.agents.svg0 import SVG0Config, make_svg0
 
 # name -> (config class, factory(spec, config) -> Agent)
-REGISTRY = {"ppo": (PPOConfig, make_ppo), "crr": (CRRConfig, make_crr)}
+REGISTRY = {
+    "ppo": (PPOConfig, make_ppo),
+    "crr": (CRRConfig, make_crr),
+    "svg0": (SVG0Config, make_svg0),
+}
 
 
 class UnknownAgentError(ValueError):
@@ -36,6 +41,7 @@ __all__ = [
     "ConfigError",
     "PPOConfig",
     "REGISTRY",
+    "SVG0Config",
     "TrainSchedule",
     "UnknownAgentError",
     "config_class",
