@@ -1,9 +1,10 @@
-"""``heron train | eval``: the command line.
+"""``heron train | eval | plot | collect``: the command line.
 
     heron train ALGO [--env ID] [--steps N] [--seed S] [--num-envs E] [--run-dir DIR]
                      [--eval-every-n I] [--n-evals N] [--eval-temperatures T ...]
-                     [--save-every-n I] [--ALGO.FIELD VALUE ...]
+                     [--save-every-n I] [--dataset DATASET] [--ALGO.FIELD VALUE ...]
     heron eval RUN_DIR [--episodes N] [--temperature T]
+    heron collect RUN_DIR --episodes N --out DATASET [--temperature T] [--epsilon E]
 
 Errors a user can cause print one line on stderr and exit with status 2. JAX's persistent
 compilation cache lives in ``$XDG_CACHE_HOME/heron/jax`` (default ~/.cache/heron/jax);
@@ -23,6 +24,7 @@ USAGE = """usage: heron train ALGO [options] [--ALGO.FIELD VALUE ...]
        heron train --resume RUN_DIR [--steps N]
        heron eval RUN_DIR [--episodes N] [--temperature T]
        heron plot RUN_DIR [RUN_DIR ...] --out FILE.png [--temperatures T ...]
+       heron collect RUN_DIR --episodes N --out DATASET [--temperature T] [--epsilon E]
 run `heron train ALGO --help` for every option of an algorithm"""
 
 
@@ -157,7 +159,37 @@ def cmd_plot(argv: list[str]) -> dict:
     return plot_runs(list(args.run_dirs), args.out, args.temperatures)
 
 
-COMMANDS = {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot}
+@dataclasses.dataclass(frozen=True)
+class CollectArgs:
+    """Roll out the latest checkpoint of a run and write a Minari dataset."""
+
+    run_dir: tyro.conf.Positional[str]
+    """The run directory written by `heron train`."""
+    episodes: int
+    """Whole episodes to collect."""
+    out: str
+    """The dataset directory to write (must not hold a dataset)."""
+    temperature: float | None = None
+    """Act at this sampling temperature (0 greedy); default the training behaviour policy."""
+    epsilon: float = 0.0
+    """Probability of a uniformly random action at each step."""
+    seed: int = 0
+    """Random seed of the rollouts."""
+
+
+def cmd_collect(argv: list[str]) -> dict:
+    args = tyro.cli(CollectArgs, args=argv, prog="heron collect")
+    if args.episodes <= 0:
+        raise UsageError(f"--episodes must be > 0, got {args.episodes}")
+    configure_compile_cache()
+    from heron.offline import collect
+
+    return collect(
+        args.run_dir, args.episodes, args.out, args.temperature, args.epsilon, args.seed
+    )
+
+
+COMMANDS = {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot, "collect": cmd_collect}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,8 @@ class RunConfig:
     env: str = "gymnax:CartPole-v1"
     """Environment id with its source: gymnax:<id>, gym:<id> or heron:<id>."""
     steps: int = 100_000
-    """Environment steps to train for (rounded up to whole iterations)."""
+    """Environment steps to train for (with a dataset: gradient updates), rounded up to whole
+    iterations."""
     seed: int = 0
     """Random seed; the same seed gives the same parameters on CPU."""
     seeds: int = 1
@@ -47,6 +48,10 @@ class RunConfig:
     """Fraction of num_envs x seeds episodes that must end between two saves (Trax's rule)."""
     keep_checkpoints: int = 3
     """How many of the latest checkpoints to keep."""
+    dataset: str | None = None
+    """Train offline from this Minari dataset directory; the env only evaluates."""
+    updates_per_iteration: int = 1_000
+    """With a dataset: gradient updates per iteration (the unit of the eval/save schedules)."""
 
     def __post_init__(self):
         check(self.steps > 0, f"steps must be > 0, got {self.steps}")
@@ -71,6 +76,14 @@ class RunConfig:
         check(self.save_every_n > 0, f"save_every_n must be > 0, got {self.save_every_n}")
         check(
             self.keep_checkpoints > 0, f"keep_checkpoints must be > 0, got {self.keep_checkpoints}"
+        )
+        check(
+            self.updates_per_iteration > 0,
+            f"updates_per_iteration must be > 0, got {self.updates_per_iteration}",
+        )
+        check(
+            self.dataset is None or bool(self.dataset),
+            "dataset must be a directory path, got an empty string",
         )
         for name in ("max_timestep", "max_timestep_eval"):
             value = getattr(self, name)

@@ -63,9 +63,13 @@ class Setup:
     replay: Any
     pipeline: ObservationPipeline
     iterations: int
+    offline: Any = None  # heron.offline.OfflineData when training from a dataset
 
     @property
     def steps_per_iteration(self) -> int:
+        """Environment steps per iteration (offline: gradient updates)."""
+        if self.offline is not None:
+            return self.run.updates_per_iteration
         return self.agent.schedule.unroll_length * self.run.num_envs
 
     @property
@@ -73,6 +77,17 @@ class Setup:
         return [self.run.seed + k for k in range(self.run.seeds)]
 
     def program(self) -> Program:
+        if self.offline is not None:
+            from heron.offline.training import make_offline_program
+
+            return make_offline_program(
+                self.agent,
+                self.eval_env,
+                tuple(float(t) for t in self.run.eval_temperatures),
+                self.pipeline,
+                self.offline,
+                self.run.updates_per_iteration,
+            )
         return make_program(
             self.agent,
             self.env,
@@ -128,8 +143,11 @@ def _warn_once(message: str) -> None:
 
 
 def build(algo: str, agent_config, run: RunConfig) -> Setup:
-    """Validates and builds a run: environments, agent, replay. Writes nothing."""
+    """Validates and builds a run: environments, agent, replay (with ``run.dataset``: the
+    replay filled from the dataset, checked against the env). Writes nothing."""
     agents.config_class(algo)  # unknown algorithm: a clear error first
+    if run.dataset is not None:
+        return _build_offline(algo, agent_config, run)
     env = envs.make(run.env, run.num_envs, run.max_timestep)
     if run.seeds > 1 and not env.is_jax:
         raise ConfigError(
@@ -146,6 +164,30 @@ def build(algo: str, agent_config, run: RunConfig) -> Setup:
     steps_per_iteration = agent.schedule.unroll_length * run.num_envs
     iterations = max(1, math.ceil(run.steps / steps_per_iteration))
     return Setup(algo, agent_config, run, env, eval_env, agent, replay, pipeline, iterations)
+
+
+def _build_offline(algo: str, agent_config, run: RunConfig) -> Setup:
+    """An offline run: no training environments; the dataset fills the replay once."""
+    from heron.offline.dataset import read_dataset
+    from heron.offline.training import check_offline_run, load_offline_data
+
+    eval_env = envs.make(run.env, run.n_evals, run.max_timestep_eval)
+    if run.seeds > 1 and not eval_env.is_jax:
+        raise ConfigError(
+            f"seeds={run.seeds} needs a JAX environment (gymnax:<id> or heron:<id>) to "
+            f"evaluate the runs in one program; {run.env!r} steps on the host: use seeds=1"
+        )
+    pipeline = ObservationPipeline(
+        eval_env.spec, run.normalize_observations, run.len_history_for_policy, run.reward_scale
+    )
+    agent = agents.make(algo, pipeline.spec, agent_config)
+    check_offline_run(agent, run)
+    data = load_offline_data(read_dataset(run.dataset), agent, pipeline, run.env)
+    iterations = max(1, math.ceil(run.steps / run.updates_per_iteration))
+    return Setup(
+        algo, agent_config, run, eval_env, eval_env, agent, data.replay, pipeline, iterations,
+        offline=data,
+    )
 
 
 def _resolve_replay_ratio(agent: agents.Agent, num_envs: int) -> agents.Agent:
@@ -174,12 +216,15 @@ def default_run_dir(algo: str, env_id: str) -> str:
 def config_record(setup: Setup) -> dict:
     from heron import __version__
 
-    return {
+    record = {
         "algo": setup.algo,
         "run": dataclasses.asdict(setup.run),
         setup.algo: dataclasses.asdict(setup.agent_config),
         "heron_version": __version__,
     }
+    if setup.offline is not None:
+        record["dataset"] = setup.offline.summary
+    return record
 
 
 def _seed_keys(seeds: list[int], stream: int | None = None):
@@ -310,7 +355,7 @@ class _Loop:
     def _maybe_save(self, iteration: int, state: TrainState, stats, last: bool) -> None:
         run = self.setup.run
         completed = int(np.sum(stats.completed))
-        enough = (
+        enough = self.setup.offline is not None or (  # offline runs have no episodes
             completed - self.saved_completed
             >= run.done_frac_for_policy_save * run.num_envs * run.seeds
         )
@@ -401,6 +446,7 @@ def resume(run_dir: str, steps: int | None = None) -> dict:
         raise checkpoints.CheckpointError(
             f"cannot resume {run_dir!r}: it has no checkpoint yet (start it again instead)"
         )
+    _check_same_dataset(run_dir, setup)
     program = setup.program()
     template = program.init(_seed_keys(setup.seeds))
     state, iteration = checkpoints.restore(run_dir, template)
@@ -416,7 +462,7 @@ def resume(run_dir: str, steps: int | None = None) -> dict:
     wall_offset = max((r.get("wall_s") or 0.0 for r in records), default=0.0)
     loop = _Loop(setup, run_dir, program, wall_offset)
     loop.greedy_history = _greedy_history(records, setup)
-    if not setup.env.is_jax:
+    if setup.offline is None and not setup.env.is_jax:
         message = (
             "Gymnasium environments cannot be saved in a checkpoint: their episodes "
             "restart on resume"
@@ -433,6 +479,19 @@ def resume(run_dir: str, steps: int | None = None) -> dict:
         state = program.restart(state, jax.random.fold_in(jax.random.PRNGKey(run.seed), 3))
     state = loop.run(state)
     return loop.summary(state)
+
+
+def _check_same_dataset(run_dir: str, setup: Setup) -> None:
+    """An offline run resumes only on the data it started with (same episodes and returns)."""
+    if setup.offline is None:
+        return
+    with open(os.path.join(run_dir, "config.json")) as f:
+        recorded = json.load(f).get("dataset")
+    if recorded is not None and recorded != setup.offline.summary:
+        raise ConfigError(
+            f"dataset {setup.run.dataset!r} changed since {run_dir!r} started: it held "
+            f"{recorded}, it now holds {setup.offline.summary}"
+        )
 
 
 def _truncate_metrics(run_dir: str, step: int) -> list[dict]:

@@ -54,16 +54,27 @@ def load_config(run_dir: str):
     return algo, agent_config, run
 
 
+def load_run(run_dir: str, **run_changes):
+    """(setup, program, state, checkpoint) of the latest checkpoint of ``run_dir``, its run
+    configuration changed by ``run_changes`` (e.g. ``n_evals``); states carry the seed axis."""
+    from heron.training.driver import _seed_keys, build
+
+    algo, agent_config, run = load_config(run_dir)
+    setup = build(algo, agent_config, dataclasses.replace(run, **run_changes))
+    program = setup.program()
+    state, step = checkpoints.restore(run_dir, program.init(_seed_keys(setup.seeds)))
+    return setup, program, state, step
+
+
 def evaluate_run(run_dir: str, episodes: int, temperature: float) -> dict:
     """Evaluates the latest checkpoint of ``run_dir``; returns the JSON line's fields (with
     several seeds: the mean over seeds, and ``per_seed``)."""
-    from heron.training.driver import _seed_keys, build, params_digest
+    from heron.training.driver import _seed_keys, params_digest
 
-    algo, agent_config, run = load_config(run_dir)
-    run = dataclasses.replace(run, n_evals=episodes, eval_temperatures=(temperature,))
-    setup = build(algo, agent_config, run)
-    program = setup.program()
-    state, step = checkpoints.restore(run_dir, program.init(_seed_keys(setup.seeds)))
+    setup, program, state, step = load_run(
+        run_dir, n_evals=episodes, eval_temperatures=(temperature,)
+    )
+    run = setup.run
     returns = np.asarray(program.evaluate(state, _seed_keys(setup.seeds, 2)))[:, 0]
     params = setup.agent.params(state.agent_state)
     per_seed = [jax.tree.map(lambda x, k=k: x[k], params) for k in range(run.seeds)]
