@@ -143,7 +143,12 @@ def collect(
         n = min(MAX_PARALLEL, episodes - batch * MAX_PARALLEL)
         env = envs.make(run.env, n, run.max_timestep)
         batch_episodes, returns = rollout_episodes(
-            env, agent, pipeline, agent_state, observations, policy_step,
+            env,
+            agent,
+            pipeline,
+            agent_state,
+            observations,
+            policy_step,
             jax.random.fold_in(key, batch),
         )
         collected.extend(batch_episodes)

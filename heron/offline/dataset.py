@@ -230,17 +230,19 @@ def read_dataset(path: str | os.PathLike) -> Dataset:
     if not path.is_dir():
         raise DatasetError(f"dataset {str(path)!r} does not exist")
     if not path.joinpath(METADATA_FILE_NAME).is_file():
-        raise DatasetError(
-            f"{str(path)!r} is not a Minari dataset: it has no {METADATA_FILE_NAME}"
-        )
+        raise DatasetError(f"{str(path)!r} is not a Minari dataset: it has no {METADATA_FILE_NAME}")
     try:
-        storage = MinariStorage.read(path)
         metadata = MinariStorage.read_raw_metadata(path)
+        if not metadata.get("total_episodes"):
+            raise DatasetError(f"dataset {str(path)!r} is empty: it has no episodes")
+        storage = MinariStorage.read(path)
         raw = list(storage.get_episodes(range(storage.total_episodes)))
     except KeyError as error:
         found = _MISSING.search(str(error))
         field = found.group(1) if found else str(error)
         raise DatasetError(f"dataset {str(path)!r} is missing the field {field!r}") from error
+    except DatasetError:
+        raise
     except (ValueError, OSError) as error:
         raise DatasetError(f"dataset {str(path)!r} cannot be read: {error}") from error
     if not raw:
@@ -264,7 +266,9 @@ def _episode_from_minari(raw: dict, extras_names) -> Episode:
         extras_names = [
             k
             for k, v in infos.items()
-            if isinstance(v, np.ndarray) and v.ndim >= 1 and len(v) == length
+            if isinstance(v, np.ndarray)
+            and v.ndim >= 1
+            and len(v) == length
             and (np.issubdtype(v.dtype, np.number) or v.dtype == bool)
         ]
     missing = [k for k in extras_names if k not in infos]

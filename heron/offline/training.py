@@ -168,5 +168,3 @@ def make_offline_program(
         restart=lambda state, key: state,  # no environment state to restore
         compiled_sizes=lambda: (init._cache_size(), compiled_iteration._cache_size()),
     )
-
-
