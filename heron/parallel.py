@@ -8,7 +8,12 @@ not bound and it is the identity, so single-device code pays nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
 
 DEVICE_AXIS = "devices"
 
@@ -21,3 +26,38 @@ def device_mean(tree):
     except NameError:  # not inside a multi-device learner
         return tree
     return jax.lax.pmean(tree, DEVICE_AXIS)
+
+
+def masked_mean(x, mask):
+    """This device's share of the masked mean of ``x`` over the whole batch: its own masked
+    sum over the mean count per device, so that ``device_mean`` of it (and of its gradient)
+    is the masked mean over all devices' data. On one device, the plain masked mean."""
+    return jnp.sum(x * mask) / jnp.maximum(device_mean(jnp.sum(mask)), 1.0)
+
+
+def example_keys(key, local_size: int):
+    """One key per example of this device's share of a batch [local_size], derived from the
+    example's index in the whole batch: random draws do not depend on how many devices the
+    batch is split over."""
+    try:
+        offset = jax.lax.axis_index(DEVICE_AXIS) * local_size
+    except NameError:  # one device: the share is the whole batch
+        offset = 0
+    indices = offset + jnp.arange(local_size)
+    return jax.vmap(lambda index: jax.random.fold_in(key, index))(indices)
+
+
+def shard_update(update: Callable, devices) -> Callable:
+    """``update(state, batch [L, M], key) -> (state, metrics)`` run data-parallel: the M
+    sequences are split evenly over ``devices``; the state and the key are replicated. The
+    update must ``device_mean`` its gradients and metrics, which keeps the state identical
+    on every device."""
+    mesh = jax.sharding.Mesh(np.asarray(devices), (DEVICE_AXIS,))
+    replicated, by_sequence = P(), P(None, DEVICE_AXIS)
+    return jax.shard_map(
+        update,
+        mesh=mesh,
+        in_specs=(replicated, by_sequence, replicated),
+        out_specs=(replicated, replicated),
+        check_vma=False,
+    )

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from heron import ops
+from heron import ops, parallel
 from heron.agents import boltzmann
 from heron.agents.base import Agent, TrainSchedule, check, check_scheduled
 from heron.networks import actor_critic
@@ -201,6 +201,19 @@ def make_crr(spec: EnvSpec, config: CRRConfig) -> Agent:
         keys = jax.random.split(key, count)
         return jax.vmap(lambda k: actor_critic.sample(action_spec, dist_params, k))(keys)
 
+    def sample_for_sequences(policy_params, observation, key, count):
+        """``sample_actions`` for observations [T, M, obs]: [count, T, M, (d)], each sequence
+        drawing from its own key (the same draws however the M sequences are split over
+        devices)."""
+        dist_params = policy.apply(policy_params, observation)
+
+        def one_sequence(sequence_params, sequence_key):  # [T, ...] -> [count, T, ...]
+            keys = jax.random.split(sequence_key, count)
+            return jax.vmap(lambda k: actor_critic.sample(action_spec, sequence_params, k))(keys)
+
+        keys = parallel.example_keys(key, observation.shape[1])
+        return jax.vmap(one_sequence, in_axes=(1, 0), out_axes=2)(dist_params, keys)
+
     def init(key) -> CRRState:
         policy_key, critic_key = jax.random.split(key)
         observation = jnp.zeros((1, math.prod(spec.observation_shape)), jnp.float32)
@@ -247,7 +260,7 @@ def make_crr(spec: EnvSpec, config: CRRConfig) -> Agent:
     def critic_loss(critic_params, state: CRRState, batch, key, gamma):
         """Categorical TD over the transitions t -> t+1 of sequences [L, M]."""
         observation, action = flatten(batch.observation), from_env(batch.action)
-        next_actions = sample_actions(
+        next_actions = sample_for_sequences(
             state.target_policy_params, observation[1:], key, config.num_action_samples_td
         )  # [N, L-1, M, ...]
         tiled = jnp.broadcast_to(observation[1:], next_actions.shape[:1] + observation[1:].shape)
@@ -266,13 +279,13 @@ def make_crr(spec: EnvSpec, config: CRRConfig) -> Agent:
             target_probs,
         )
         mask = (batch.step_type[:-1] != StepType.LAST).reshape(-1).astype(jnp.float32)
-        loss = jnp.sum(losses * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+        loss = parallel.masked_mean(losses, mask)
         return loss, {"loss/critic": loss}
 
     def policy_loss(policy_params, state: CRRState, batch, key):
         observation, action = flatten(batch.observation[:-1]), from_env(batch.action[:-1])
         q = q_mean(state.critic_params, observation, action)
-        samples = sample_actions(
+        samples = sample_for_sequences(
             state.policy_params, observation, key, config.num_action_samples_policy
         )
         tiled = jnp.broadcast_to(observation, samples.shape[:1] + observation.shape)
@@ -283,7 +296,7 @@ def make_crr(spec: EnvSpec, config: CRRConfig) -> Agent:
             action_spec, policy.apply(policy_params, observation), action
         )
         mask = (batch.step_type[:-1] != StepType.LAST).astype(jnp.float32)
-        loss = -jnp.sum(log_prob * coefficient * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+        loss = -parallel.masked_mean(log_prob * coefficient, mask)
         return loss, {
             "loss/policy": loss,
             "crr/advantage": jnp.mean(advantage),
@@ -300,6 +313,9 @@ def make_crr(spec: EnvSpec, config: CRRConfig) -> Agent:
         )
         policy_grads, policy_metrics = jax.grad(policy_loss, has_aux=True)(
             state.policy_params, state, batch, policy_key
+        )
+        critic_grads, policy_grads, critic_metrics, policy_metrics = parallel.device_mean(
+            (critic_grads, policy_grads, critic_metrics, policy_metrics)
         )
         critic_updates, critic_opt_state = critic_optimizer.update(
             critic_grads, state.critic_opt_state, state.critic_params

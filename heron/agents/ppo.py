@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from heron import ops
+from heron import ops, parallel
 from heron.agents.base import Agent, TrainSchedule, check, check_scheduled
 from heron.networks import PolicyValueNet, action_distribution, sample_action
 from heron.networks.policy_value import ACTIVATIONS
@@ -138,13 +138,13 @@ class PPOBatch(NamedTuple):
     rollout_state: Any = ()  # the core state recorded before acting, under use_rollout_state
 
 
-def _masked_mean(x, mask):
-    return jnp.sum(x * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+_masked_mean = parallel.masked_mean
 
 
 def _normalize(advantage, mask):
-    mean = _masked_mean(advantage, mask)
-    std = jnp.sqrt(_masked_mean((advantage - mean) ** 2, mask))
+    """Standardised over the whole mini-batch (all devices' shares of it)."""
+    mean = parallel.device_mean(_masked_mean(advantage, mask))
+    std = jnp.sqrt(parallel.device_mean(_masked_mean((advantage - mean) ** 2, mask)))
     return (advantage - mean) / (std + 1e-8)
 
 
@@ -301,6 +301,7 @@ def make_ppo(spec: EnvSpec, config: PPOConfig) -> Agent:
         """One optimiser step on a mini-batch of sequences [L, M]."""
         del key
         grads, metrics = jax.grad(loss, has_aux=True)(state.params, batch, state.update_step)
+        grads, metrics = parallel.device_mean((grads, metrics))
         for name, schedule in schedules.items():
             if not schedule.is_constant:
                 metrics[f"schedule/{name}"] = schedule(state.update_step)

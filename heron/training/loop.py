@@ -7,13 +7,15 @@ XLA compiles whole (environment steps included) for JAX environments.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from heron.agents.base import Agent
+from heron import parallel
+from heron.agents.base import Agent, ConfigError
 from heron.envs.wrappers import ObservationPipeline, PipelineState
 from heron.training.evaluation import make_host_evaluate, make_jax_evaluate
 from heron.types import Experience, TimeStep
@@ -480,8 +482,24 @@ def make_host_program(
     )
 
 
+def data_parallel(agent: Agent, devices) -> Agent:
+    """The agent with its updates split over ``devices`` by sequence (gradients averaged
+    across them); unchanged on one device."""
+    if len(devices) <= 1:
+        return agent
+    size, field = agent.schedule.mini_batch_size, agent.schedule.mini_batch_size_field
+    if size % len(devices):
+        raise ConfigError(
+            f"{field} gives {size} sequences per update, which {len(devices)} devices cannot "
+            f"share evenly: choose a multiple of {len(devices)}"
+        )
+    return dataclasses.replace(agent, update=parallel.shard_update(agent.update, devices))
+
+
 def make_program(
     agent: Agent, env, eval_env, replay, temperatures, pipeline: ObservationPipeline
 ) -> Program:
+    """The run's compiled program; with several devices the learner is data-parallel."""
+    agent = data_parallel(agent, jax.devices())
     make = make_jax_program if env.is_jax else make_host_program
     return make(agent, env, eval_env, replay, tuple(float(t) for t in temperatures), pipeline)

@@ -1,0 +1,77 @@
+"""The data-parallel learner: an update split over two devices equals the one-device update
+on the same global batch (two CPU devices forced in a subprocess, since XLA reads its flags
+once per process)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from heron import agents, envs, parallel
+from heron.agents.base import ConfigError
+from heron.training.config import RunConfig
+from heron.training.driver import build, train
+from heron.training.loop import data_parallel
+
+TOLERANCE = 1e-6  # float32 sums in a different order
+
+
+@pytest.fixture(scope="module")
+def two_device_results(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("two_devices") / "run"
+    env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
+    script = os.path.join(os.path.dirname(__file__), "two_devices.py")
+    completed = subprocess.run(
+        [sys.executable, script, str(run_dir)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("algo", ["ppo", "crr"])
+def test_two_device_update_equals_one_device_update(two_device_results, algo):
+    assert two_device_results["devices"] == 2
+    differences = two_device_results[algo]
+    assert differences["changed"] > 100 * TOLERANCE  # the update did move the parameters
+    assert differences["params"] < TOLERANCE
+    assert differences["state"] < TOLERANCE  # optimiser moments and target networks too
+    assert differences["metrics"] < 100 * TOLERANCE  # means of larger numbers (Q in [-150, 150])
+
+
+def test_two_device_training_matches_one_device(two_device_results, tmp_path):
+    config = agents.CRRConfig(hidden_sizes=(32, 32), min_replay_size=256)
+    run = RunConfig(env="gymnax:Pendulum-v1", steps=2048, seeds=2, eval_every_n=2)
+    one_device = train(build("crr", config, run), str(tmp_path / "run"))
+    two_devices = two_device_results["train"]
+    assert two_devices["steps"] == one_device["steps"] == 2048
+    for one, two in zip(one_device["per_seed"], two_devices["per_seed"], strict=True):
+        assert two["final_eval_return"] == pytest.approx(one["final_eval_return"], rel=1e-4)
+
+
+def test_uneven_split_is_a_clear_error():
+    spec = envs.make("gymnax:CartPole-v1", 1).spec
+    agent = agents.make("ppo", spec, agents.PPOConfig(optimizer_batch_size=256))
+    with pytest.raises(ConfigError, match=r"256 sequences per update.*3 devices.*multiple of 3"):
+        data_parallel(agent, [None, None, None])
+    assert data_parallel(agent, jax.devices()[:1]) is agent
+
+
+def test_helpers_on_one_device_are_the_plain_operations():
+    x = jnp.array([1.0, 2.0, 3.0, 4.0])
+    mask = jnp.array([1.0, 0.0, 1.0, 1.0])
+    assert parallel.device_mean({"x": x})["x"] is x
+    assert float(parallel.masked_mean(x, mask)) == pytest.approx(8.0 / 3.0)
+    assert float(parallel.masked_mean(x, jnp.zeros(4))) == 0.0
+    keys = parallel.example_keys(jax.random.key(0), 3)
+    expected = [jax.random.fold_in(jax.random.key(0), i) for i in range(3)]
+    for key, want in zip(keys, expected, strict=True):
+        assert (jax.random.key_data(key) == jax.random.key_data(want)).all()
