@@ -18,9 +18,8 @@ from heron.types import Experience, StepType  # noqa: E402
 
 
 def largest_difference(a, b) -> float:
-    return max(
-        float(jnp.max(jnp.abs(x - y))) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))
-    )
+    pairs = zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
+    return max(float(jnp.max(jnp.abs(x - y))) for x, y in pairs)
 
 
 def compare(agent, batch, key) -> dict:
