@@ -164,7 +164,10 @@ def main() -> None:
     if args.quick:
         args.updates = 2_000
     if args.dataset:
-        dataset, dataset_info = Path(args.dataset), None
+        from heron.offline import read_dataset
+
+        dataset = Path(args.dataset)
+        dataset_info = read_dataset(dataset).summary()
         WORK.mkdir(parents=True, exist_ok=True)
     else:
         log("[dataset] medium Pendulum from a briefly trained heron CRR")

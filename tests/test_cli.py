@@ -71,6 +71,8 @@ def test_train_eval_and_metrics_through_the_real_entry_point(tmp_path):
         ),
         (["train"], "heron train needs an algorithm"),
         (["frobnicate"], "unknown command 'frobnicate'"),
+        (["collect", "no-such-run", "--episodes", "2", "--out", "x"], "'no-such-run' does not"),
+        (["train", "crr", "--dataset", "no-such-data"], "dataset 'no-such-data' does not exist"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path, capsys):

@@ -66,7 +66,12 @@ def make_policy_step(agent, pipeline, temperature: float | None, epsilon: float)
             extras = {}
         if not spec.is_discrete:
             action = jnp.clip(action, *spec.bounds)
-        extras = extras if isinstance(extras, dict) else {}
+        # Array extras only (e.g. log_prob [B]); they become the dataset's per-step infos.
+        extras = (
+            {k: v for k, v in extras.items() if hasattr(v, "shape")}
+            if isinstance(extras, dict)
+            else {}
+        )
         return action.astype(spec.dtype), extras, observations, carry
 
     return policy_step
