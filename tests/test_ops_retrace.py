@@ -201,3 +201,22 @@ def test_retrace_checks_shapes():
         )
     with pytest.raises(AssertionError):
         ops.mask_restarts(jnp.zeros(3), jnp.ones(4))
+
+
+def test_a_near_zero_weight_cuts_the_trace_like_mask_restarts():
+    """SVG0 (as Acme) zeroes rho at a restart and takes log(rho + 1e-20): the same targets as
+    ``mask_restarts``, up to terms of order 1e-20."""
+    seq = random_sequence(np.random.default_rng(8), 6)
+    mask = jnp.array([1.0, 1.0, 0.0, 1.0, 1.0, 1.0])
+    exact = ops.mask_restarts(jnp.asarray(seq["log_rhos"]), mask)
+    tiny = jnp.log(jnp.where(mask > 0, jnp.exp(seq["log_rhos"]), 0.0) + 1e-20)
+    for lambda_ in (0.0, 0.5, 1.0):
+        np.testing.assert_allclose(
+            ops.retrace_from_importance_weights(**dict(seq, log_rhos=tiny), lambda_=lambda_).qs,
+            ops.retrace_from_importance_weights(**dict(seq, log_rhos=exact), lambda_=lambda_).qs,
+            rtol=1e-6,
+            atol=1e-6,
+        )
+    one_step = seq["rewards"][1] + seq["discounts"][1] * seq["values"][2]
+    out = ops.retrace_from_importance_weights(**dict(seq, log_rhos=tiny), lambda_=1.0)
+    assert float(out.qs[1]) == pytest.approx(float(one_step), rel=1e-6)

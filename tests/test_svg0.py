@@ -109,9 +109,8 @@ def _retrace_loop(log_rhos, discounts, rewards, q_values, values, lambda_):
     qs, correction = np.zeros(length), 0.0
     for t in reversed(range(length)):
         c = lambda_ * (min(1.0, np.exp(log_rhos[t + 1])) if t < length - 1 else 1.0)
-        correction = rewards[t] + discounts[t] * values[t + 1] - q_values[t] + (
-            discounts[t] * c * correction
-        )
+        delta = rewards[t] + discounts[t] * values[t + 1] - q_values[t]
+        correction = delta + discounts[t] * c * correction
         qs[t] = q_values[t] + correction
     return qs
 
@@ -249,9 +248,8 @@ def test_prior_terms_enter_the_value_targets_and_the_policy_loss():
         target_prior_params=jax.tree.map(lambda x: x + 0.3, state.target_prior_params)
     )
     plain_state = base.init(jax.random.PRNGKey(0))
-    terms, plain = terms_of(state, batch, key), svg0.make_terms(BOX, base.config)(
-        plain_state, batch, key
-    )
+    terms = terms_of(state, batch, key)
+    plain = svg0.make_terms(BOX, base.config)(plain_state, batch, key)
     kl = np.asarray(terms.kl_to_target_prior)
     np.testing.assert_allclose(terms.target_v, plain.target_v - 0.5 * kl, rtol=1e-5, atol=1e-6)
     _, metrics = agent.update(state, batch, key)
