@@ -1,8 +1,8 @@
-"""Pendulum-v1: heron CRR against Stable-Baselines3 SAC, side by side.
+"""Pendulum-v1: heron CRR and SVG0 against Stable-Baselines3 SAC, side by side.
 
 Usage (from the repository root)::
 
-    .venv/bin/python benchmarks/pendulum.py [--quick] [--out PATH] [--wait-idle S]
+    .venv/bin/python benchmarks/pendulum.py [--quick] [--only NAMES] [--out PATH] [--wait-idle S]
 
 Every measurement is a fresh subprocess, so whole-process times include
 interpreter start-up, imports and (for heron) JAX compilation on an empty
@@ -14,7 +14,12 @@ compilation cache:
 * heron CRR through its CLI (``heron train crr``, 32 envs x unroll 1 per
   iteration, ``--reward-scale 0.1``): gymnax Pendulum-v1 at replay ratio 1.0
   (the same update-to-data ratio as SAC) and at heron's default 0.25, and
-  gym Pendulum-v1 at replay ratio 1.0.
+  gym Pendulum-v1 at replay ratio 1.0;
+* heron SVG0 through its CLI (``heron train svg0``, same 32 envs and reward scale),
+  without and with the learned prior (``--svg0.prior True``), on gymnax Pendulum-v1 at
+  replay ratio 0.5 with the settings of its learning test (``SVG0_FLAGS``: 64 x 64
+  networks, mini-batches of 32 sequences of 10 steps = 288 transitions, learning rates
+  3e-4; Acme's defaults otherwise).
 
 Both evaluate greedily (heron: temperature 0; SB3: deterministic) every
 ``EVAL_EVERY`` env steps over ``EVAL_EPISODES`` episodes, and at the end.
@@ -22,6 +27,7 @@ The script prints a table, the eval curves (return against env steps and
 against wall time), and heron's steps/s over SB3's at the same UTD (target
 ``SPEEDUP_TARGET``). ``--quick`` shortens every run. Timings are reported, never
 asserted; a failing process has its stderr tail printed and the rest goes on.
+``--only`` runs a subset of the runs by name (e.g. ``--only heron_svg0,heron_svg0_prior``).
 Results go to ``--out`` as JSON (default ``benchmarks/results/pendulum.json``).
 """
 
@@ -56,15 +62,24 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
 PEERS = BENCH / "_peers"
 
-HERON_ENVS_PER_ITERATION = 32  # heron's default --num-envs x --crr.unroll-length
+HERON_ENVS_PER_ITERATION = 32  # heron's default --num-envs x --crr/svg0.unroll-length
 REWARD_SCALE = 0.1  # what heron's learner sees; eval returns stay unscaled
 EVAL_EVERY = 2_048  # env steps between greedy evaluations (64 heron iterations)
 EVAL_EPISODES = 8
 THRESHOLD_RETURN = -200.0  # "steps to >= -200": a usual bar for a swung-up pendulum
 SPEEDUP_TARGET = 5.0  # heron steps/s / SB3 steps/s at the same UTD
-# Env steps of the full runs: SB3 SAC (the zoo's n_timesteps), heron gymnax at UTD 1,
-# heron gymnax at its default UTD 0.25, heron gym at UTD 1 (short: ~70 steps/s on 2 cores).
-FULL_STEPS = (20_000, 20_000, 60_000, 8_000)
+# Env steps of the full runs: SB3 SAC (the zoo's n_timesteps), heron CRR gymnax at UTD 1,
+# heron CRR gymnax at its default UTD 0.25, heron CRR gym at UTD 1 (short: ~70 steps/s on
+# 2 cores), heron SVG0 gymnax at UTD 0.5 without and with its prior.
+FULL_STEPS = (20_000, 20_000, 60_000, 8_000, 30_000, 30_000)
+QUICK_STEPS = (4_000, 4_000, 12_000, 4_000, 6_000, 6_000)
+SVG0_UTD = 0.5
+# SVG0's settings here, those of its learning test (tests/test_svg0.py), Acme's otherwise.
+SVG0_FLAGS = (
+    "--svg0.hidden-sizes", "64", "64", "--svg0.mini-batch-size", "32",
+    "--svg0.policy-learning-rate", "3e-4", "--svg0.critic-learning-rate", "3e-4",
+    "--svg0.prior-learning-rate", "3e-4",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -76,21 +91,40 @@ class Run:
     env: str
     utd: float  # gradient updates per env step
     steps: int
+    algo: str = "crr"  # heron's algorithm
+    prior: bool = False  # SVG0's learned prior
 
 
-def plan(quick: bool) -> list[Run]:
-    """The runs, in execution order (about 14 min in all on 2 idle cores; --quick about 5).
+def plan(quick: bool, only: tuple[str, ...] = ()) -> list[Run]:
+    """The runs, in execution order (about 20 min in all on 2 idle cores; --quick about 7),
+    or those named in ``only``.
 
     --quick keeps every heron run above the 2,000 steps heron's CRR stores before
     its first update.
     """
-    sac, utd1, default_utd, gym = (4_000, 4_000, 12_000, 4_000) if quick else FULL_STEPS
-    return [
+    sac, utd1, default_utd, gym, svg0, svg0_prior = QUICK_STEPS if quick else FULL_STEPS
+    gymnax = "gymnax:Pendulum-v1"
+    runs = [
         Run("sb3_sac", "sb3", "gymnasium:Pendulum-v1", 1.0, sac),
-        Run("heron_gymnax_utd1", "heron", "gymnax:Pendulum-v1", 1.0, utd1),
-        Run("heron_gymnax_utd0.25", "heron", "gymnax:Pendulum-v1", 0.25, default_utd),
+        Run("heron_gymnax_utd1", "heron", gymnax, 1.0, utd1),
+        Run("heron_gymnax_utd0.25", "heron", gymnax, 0.25, default_utd),
         Run("heron_gym_utd1", "heron", "gym:Pendulum-v1", 1.0, gym),
+        Run("heron_svg0", "heron", gymnax, SVG0_UTD, svg0, algo="svg0"),
+        Run("heron_svg0_prior", "heron", gymnax, SVG0_UTD, svg0_prior, algo="svg0", prior=True),
     ]
+    unknown = set(only) - {run.name for run in runs}
+    if unknown:
+        names = ", ".join(run.name for run in runs)
+        raise SystemExit(f"--only: unknown run(s) {', '.join(sorted(unknown))}; runs: {names}")
+    return [run for run in runs if not only or run.name in only]
+
+
+def system_name(run: Run) -> str:
+    if run.system == "sb3":
+        return "SB3 SAC"
+    if run.algo == "svg0":
+        return "heron SVG0+prior" if run.prior else "heron SVG0"
+    return "heron CRR"
 
 
 @dataclass
@@ -128,7 +162,7 @@ class Row:
 
 def bench_sb3(run: Run, args) -> tuple[Row, dict[str, Any]]:
     """Run SB3 SAC once with periodic evaluation."""
-    row = Row(run.name, "SB3 SAC", run.env, run.utd)
+    row = Row(run.name, system_name(run), run.env, run.utd)
     try:
         python = prepare_peer("sb3")
     except SetupError as exc:
@@ -228,20 +262,22 @@ def heron_iteration_s(entries: list[dict[str, Any]]) -> dict[str, float | None]:
 
 
 def heron_argv(run: Run, args, run_dir: Path) -> list[str]:
-    """The ``heron train crr`` command line of ``run``."""
+    """The ``heron train crr|svg0`` command line of ``run``."""
     eval_every_n = max(1, round(EVAL_EVERY / HERON_ENVS_PER_ITERATION))
+    agent_flags = [f"--{run.algo}.replay-ratio", str(run.utd)]
+    if run.algo == "svg0":
+        agent_flags += [*SVG0_FLAGS, "--svg0.prior", str(run.prior)]
     return [
-        str(args.heron), "train", "crr", "--env", run.env, "--steps", str(run.steps),
+        str(args.heron), "train", run.algo, "--env", run.env, "--steps", str(run.steps),
         "--seed", str(args.seed), "--run-dir", str(run_dir),
         "--reward-scale", str(REWARD_SCALE), "--eval-every-n", str(eval_every_n),
-        "--n-evals", str(EVAL_EPISODES), "--eval-temperatures", "0",
-        "--crr.replay-ratio", str(run.utd),
+        "--n-evals", str(EVAL_EPISODES), "--eval-temperatures", "0", *agent_flags,
     ]  # fmt: skip
 
 
 def bench_heron(run: Run, args) -> tuple[Row, dict[str, Any]]:
-    """Run ``heron train crr`` once, on an empty compilation cache."""
-    row = Row(run.name, "heron CRR", run.env, run.utd)
+    """Run ``heron train crr|svg0`` once, on an empty compilation cache."""
+    row = Row(run.name, system_name(run), run.env, run.utd)
     work = args.out.parent / "heron_runs"
     run_dir = work / f"pendulum_{run.name}"
     if run_dir.exists():
@@ -249,7 +285,7 @@ def bench_heron(run: Run, args) -> tuple[Row, dict[str, Any]]:
     cache = reset_dir(work / f"pendulum_{run.name}.jax-cache")
     child = measure(heron_argv(run, args, run_dir), args, env={"HERON_COMPILE_CACHE": str(cache)})
     runs: dict[str, Any] = {}
-    label = f"heron {run.env.split(':')[0]} UTD {run.utd:g}, {run.steps:,} steps"
+    label = f"{system_name(run)} {run.env.split(':')[0]} UTD {run.utd:g}, {run.steps:,} steps"
     payload = record_run(runs, run.name, label, child)
     record = runs[run.name]
     row.disturbed = other_load(record) > BUSY_WARNING
@@ -344,8 +380,8 @@ def format_iteration_times(rows: list[Row]) -> str:
         if r.iteration_s:
             filling, learning = r.iteration_s["filling"], r.iteration_s["learning"]
             lines.append(
-                f"  {r.env.split(':')[0]:<6} UTD {r.utd:<4g}  {fmt(filling, '.3f')} / "
-                f"{fmt(learning, '.3f')}"
+                f"  {r.system:<16} {r.env.split(':')[0]:<6} UTD {r.utd:<4g}  "
+                f"{fmt(filling, '.3f')} / {fmt(learning, '.3f')}"
             )
     return "\n".join(lines)
 
@@ -359,7 +395,13 @@ def compute_ratios(rows: list[Row]) -> dict[str, float | None]:
     sb3 = find(rows, "sb3_sac")
     base = sb3.steps_per_s if sb3 else None
     ratios = {}
-    for name in ("heron_gymnax_utd1", "heron_gym_utd1", "heron_gymnax_utd0.25"):
+    for name in (
+        "heron_gymnax_utd1",
+        "heron_gym_utd1",
+        "heron_gymnax_utd0.25",
+        "heron_svg0",
+        "heron_svg0_prior",
+    ):
         heron = find(rows, name)
         ratios[f"{name}_over_sb3_steps_per_s"] = ratio(heron.steps_per_s if heron else None, base)
     return ratios
@@ -382,6 +424,10 @@ def format_ratios(ratios: dict[str, float | None]) -> str:
             f"{show(ratios['heron_gym_utd1_over_sb3_steps_per_s'])}",
             f"  heron gymnax, UTD 0.25 (heron default)  "
             f"{show(ratios['heron_gymnax_utd0.25_over_sb3_steps_per_s'])}   (not the same UTD)",
+            f"  heron SVG0 gymnax, UTD {SVG0_UTD:g}           "
+            f"{show(ratios['heron_svg0_over_sb3_steps_per_s'])}   (not the same UTD)",
+            f"  heron SVG0+prior gymnax, UTD {SVG0_UTD:g}     "
+            f"{show(ratios['heron_svg0_prior_over_sb3_steps_per_s'])}   (not the same UTD)",
         ]
     )
 
@@ -389,9 +435,10 @@ def format_ratios(ratios: dict[str, float | None]) -> str:
 NOTES = f"""\
 notes:
   UTD            requested gradient updates per env step; updates/step is what the run did
-                 (heron: train/updates summed over metrics.jsonl; its first 2,000 steps fill
-                 the replay without updates; SB3: model._n_updates, learning_starts 100).
-                 Both use batches of 256 transitions.
+                 (heron: train/updates summed over metrics.jsonl; CRR's first 2,000 steps
+                 and SVG0's first 1,000 fill the replay without updates; SB3:
+                 model._n_updates, learning_starts 100). SAC and CRR use batches of 256
+                 transitions, SVG0 32 sequences of 10 steps (288 transitions).
   whole-process  wall clock of a fresh process: start-up, imports, compilation (heron, on an
                  empty cache), training and evaluation.
   steps/s        SB3: steps / (learn() time - evaluation time); heron:
@@ -413,6 +460,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--out", type=Path, default=BENCH / "results" / "pendulum.json", help="results JSON path"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--only",
+        default="",
+        metavar="NAMES",
+        help="comma-separated run names to do (default all), e.g. heron_svg0,heron_svg0_prior",
+    )
     parser.add_argument("--heron", default=str(ROOT / ".venv" / "bin" / "heron"), help="heron CLI")
     parser.add_argument(
         "--timeout", type=float, default=1200.0, help="seconds allowed per measurement process"
@@ -433,10 +486,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
     mode = "quick" if args.quick else "full"
-    log(f"Pendulum-v1: heron CRR vs SB3 SAC ({mode}), seed {args.seed}")
+    only = tuple(name for name in args.only.split(",") if name)
+    runs = plan(args.quick, only)
+    log(f"Pendulum-v1: heron CRR and SVG0 vs SB3 SAC ({mode}), seed {args.seed}")
     rows: list[Row] = []
     records: dict[str, Any] = {}
-    for run in plan(args.quick):
+    for run in runs:
         bench = bench_sb3 if run.system == "sb3" else bench_heron
         row, records[run.name] = bench(run, args)
         rows.append(row)
@@ -451,6 +506,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {
         "benchmark": "pendulum",
         "quick": args.quick,
+        "only": list(only),
         "seed": args.seed,
         "eval": {"every_steps": EVAL_EVERY, "episodes": EVAL_EPISODES, "greedy": True},
         "heron_reward_scale": REWARD_SCALE,

@@ -93,7 +93,8 @@ class SVG0Config:
     max_grad_norm: float = math.inf
     """Global-norm gradient clipping per network; inf (Acme: none) disables it."""
     hidden_sizes: tuple[int, ...] = (256, 256)
-    """Hidden layer sizes of the policy, the critic and the prior (LayerNorm MLPs)."""
+    """Hidden layer sizes of the policy, the critic and the prior (LayerNorm MLPs; Acme's
+    example uses 256 x 256 x 256 and 512 x 512 x 256)."""
     exploration_noise: float = 0.0
     """Std of Gaussian noise added to the policy's pre-tanh action when collecting, >= 0;
     the recorded behaviour log-probability includes it."""
@@ -102,7 +103,8 @@ class SVG0Config:
     core_size: int = 128
     """Units of the recurrent cores."""
     use_rollout_state: bool = False
-    """Start each training sequence from the core states recorded when acting (ALF)."""
+    """Start each training sequence from the core states recorded when acting (ALF); the
+    target networks start from the same states as their online networks (as R2D2 does)."""
     unroll_length: int = 1
     """Environment steps collected per environment per iteration."""
     replay_ratio: float = 0.25
