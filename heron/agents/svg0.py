@@ -93,8 +93,7 @@ class SVG0Config:
     max_grad_norm: float = math.inf
     """Global-norm gradient clipping per network; inf (Acme: none) disables it."""
     hidden_sizes: tuple[int, ...] = (256, 256)
-    """Hidden layer sizes of the policy, the critic and the prior (LayerNorm MLPs; Acme's
-    example uses 256 x 256 x 256 and 512 x 512 x 256)."""
+    """Hidden layer sizes of the policy, the critic and the prior (LayerNorm MLPs)."""
     exploration_noise: float = 0.0
     """Std of Gaussian noise added to the policy's pre-tanh action when collecting, >= 0;
     the recorded behaviour log-probability includes it."""
