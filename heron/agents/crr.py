@@ -24,6 +24,7 @@ from heron import ops, parallel
 from heron.agents import boltzmann
 from heron.agents.base import Agent, TrainSchedule, check, check_scheduled
 from heron.networks import actor_critic
+from heron.networks.recurrent_actor_critic import CORES, RecurrentCritic, RecurrentPolicy
 from heron.schedules import as_schedule
 from heron.specs import EnvSpec
 from heron.types import Experience, StepType, TimeStep
@@ -79,6 +80,12 @@ class CRRConfig:
     """Global-norm gradient clipping; inf disables it."""
     hidden_sizes: tuple[int, ...] = (256, 256)
     """Hidden layer sizes of the policy and of the critic."""
+    core: Literal["none", "lstm", "gru"] = "none"
+    """Recurrent core of the policy and of the critic; its state resets where episodes start."""
+    core_size: int = 128
+    """Units of each recurrent core."""
+    use_rollout_state: bool = False
+    """Start each training sequence from the core states recorded when acting (ALF)."""
     acting: Literal["policy", "boltzmann"] = "policy"
     """Sample actions from the policy, or resample policy samples by softmax(Q / beta)."""
     boltzmann_samples: int = 16
@@ -116,6 +123,11 @@ class CRRConfig:
             f"crr.baseline_reduce must be one of {', '.join(BASELINE_REDUCE)}, "
             f"got {self.baseline_reduce!r}",
         )
+        check(
+            self.core in ("none", *CORES),
+            f"crr.core must be one of none, {', '.join(CORES)}, got {self.core!r}",
+        )
+        check(self.core_size >= 1, f"crr.core_size must be >= 1, got {self.core_size}")
         check(
             self.acting in ("policy", "boltzmann"),
             f"crr.acting must be one of policy, boltzmann, got {self.acting!r}",
@@ -159,10 +171,33 @@ class CRRState(NamedTuple):
     update_step: jax.Array  # int32
 
 
+class _Networks(NamedTuple):
+    """How CRR runs its policy and critic, feed-forward or recurrent (chosen once).
+
+    init: key -> (policy params, critic params).
+    initial_carry: batch_size -> the acting carry (core states; () when feed-forward).
+    step: (state, timestep [B], carry, key, temperature, boltzmann) -> (action, carry), acting.
+    policy_view: (params, batch [L, M], start, initial) -> the policy's distribution parameters
+      at the L - 1 steps from ``start`` (0: the transitions' first steps, 1: their next steps).
+    critic_view: (params, batch, start, initial) -> evaluate(actions [N, L-1, M, ...]) ->
+      logits [N, L-1, M, atoms] at those steps. Recurrent cores start from ``initial`` (the
+      rollout states of step 0, or zeros) and see the steps from ``start`` on, so the target
+      networks skip observation 0 (as in Acme).
+    """
+
+    init: Any
+    initial_carry: Any
+    step: Any
+    policy_view: Any
+    critic_view: Any
+
+
+def _tile(count: int, tree):
+    return jax.tree.map(lambda x: jnp.broadcast_to(x, (count,) + x.shape), tree)
+
+
 def make_crr(spec: EnvSpec, config: CRRConfig) -> Agent:
     action_spec = spec.action
-    policy = actor_critic.Policy(action_spec, config.hidden_sizes)
-    critic = actor_critic.DistributionalCritic(action_spec, config.num_atoms, config.hidden_sizes)
     atoms = jnp.linspace(config.vmin, config.vmax, config.num_atoms)
     learning_rate = as_schedule(config.learning_rate)
     discount = as_schedule(config.discount)
@@ -175,55 +210,11 @@ def make_crr(spec: EnvSpec, config: CRRConfig) -> Agent:
     )
     policy_optimizer = optax.chain(*clip, optax.adam(learning_rate))
     critic_optimizer = optax.chain(*clip, optax.adam(learning_rate))
-    if action_spec.is_discrete:
-        low = high = None
-    else:
-        low, high = (jnp.asarray(b, jnp.float32) for b in action_spec.bounds)
-
-    def flatten(observation):
-        batch = observation.shape[: observation.ndim - len(spec.observation_shape)]
-        return observation.reshape(batch + (-1,)).astype(jnp.float32)
-
-    def to_env(action):  # [-1, 1] -> the Box
-        return action if low is None else low + (action + 1.0) * 0.5 * (high - low)
-
-    def from_env(action):  # the Box -> [-1, 1]
-        return action if low is None else 2.0 * (action - low) / (high - low) - 1.0
-
-    def q_mean(critic_params, observation, action):
-        """E[Q(s, a)] under the categorical critic: [...] for observations [..., obs]."""
-        logits = critic.apply(critic_params, observation, action)
-        return jnp.sum(jax.nn.softmax(logits) * atoms, axis=-1)
-
-    def sample_actions(policy_params, observation, key, count):
-        """count policy samples at each observation: [count, *batch, (d)], in [-1, 1]."""
-        dist_params = policy.apply(policy_params, observation)
-        keys = jax.random.split(key, count)
-        return jax.vmap(lambda k: actor_critic.sample(action_spec, dist_params, k))(keys)
-
-    def sample_for_sequences(policy_params, observation, key, count):
-        """``sample_actions`` for observations [T, M, obs]: [count, T, M, (d)], each sequence
-        drawing from its own key (the same draws however the M sequences are split over
-        devices)."""
-        dist_params = policy.apply(policy_params, observation)
-
-        def one_sequence(sequence_params, sequence_key):  # [T, ...] -> [count, T, ...]
-            keys = jax.random.split(sequence_key, count)
-            return jax.vmap(lambda k: actor_critic.sample(action_spec, sequence_params, k))(keys)
-
-        keys = parallel.example_keys(key, observation.shape[1])
-        return jax.vmap(one_sequence, in_axes=(1, 0), out_axes=2)(dist_params, keys)
+    recurrent = config.core != "none"
+    networks = (_recurrent if recurrent else _feed_forward)(spec, config, atoms)
 
     def init(key) -> CRRState:
-        policy_key, critic_key = jax.random.split(key)
-        observation = jnp.zeros((1, math.prod(spec.observation_shape)), jnp.float32)
-        action = (
-            jnp.zeros((1,), jnp.int32)
-            if action_spec.is_discrete
-            else jnp.zeros((1, len(action_spec.low)), jnp.float32)
-        )
-        policy_params = policy.init(policy_key, observation)
-        critic_params = critic.init(critic_key, observation, action)
+        policy_params, critic_params = networks.init(key)
         return CRRState(
             policy_params,
             critic_params,
@@ -235,68 +226,79 @@ def make_crr(spec: EnvSpec, config: CRRConfig) -> Agent:
         )
 
     def act(state: CRRState, timestep: TimeStep, carry, key, mode="rollout", temperature=1.0):
-        observation = flatten(timestep.observation)
-        if mode == "predict":
-            dist_params = policy.apply(state.policy_params, observation)
-            return (
-                to_env(actor_critic.sample(action_spec, dist_params, key, temperature)),
-                carry,
-                {},
-            )
-        if mode != "rollout":
+        if mode not in ("rollout", "predict"):
             raise ValueError(f"act mode must be 'rollout' or 'predict', got {mode!r}")
-        if config.acting == "policy":
-            action = sample_actions(state.policy_params, observation, key, 1)[0]
-        else:
-            sample_key, choice_key = jax.random.split(key)
-            candidates = sample_actions(
-                state.policy_params, observation, sample_key, config.boltzmann_samples
-            )
-            tiled = jnp.broadcast_to(observation, (config.boltzmann_samples,) + observation.shape)
-            q = q_mean(state.critic_params, tiled, candidates)
-            action, _ = boltzmann.resample(choice_key, candidates, q, config.boltzmann_beta)
-        return to_env(action), carry, {}
+        boltzmann_acting = mode == "rollout" and config.acting == "boltzmann"
+        temperature = 1.0 if mode == "rollout" else temperature
+        action, carry = networks.step(state, timestep, carry, key, temperature, boltzmann_acting)
+        return _to_env(action_spec, action), carry, {}
 
-    def critic_loss(critic_params, state: CRRState, batch, key, gamma):
-        """Categorical TD over the transitions t -> t+1 of sequences [L, M]."""
-        observation, action = flatten(batch.observation), from_env(batch.action)
-        next_actions = sample_for_sequences(
-            state.target_policy_params, observation[1:], key, config.num_action_samples_td
-        )  # [N, L-1, M, ...]
-        tiled = jnp.broadcast_to(observation[1:], next_actions.shape[:1] + observation[1:].shape)
-        target_logits = critic.apply(state.target_critic_params, tiled, next_actions)
-        target_probs = jnp.exp(
-            jax.vmap(ops.average_log_probs, in_axes=1, out_axes=0)(
-                target_logits.reshape(target_logits.shape[0], -1, config.num_atoms)
-            )
+    def sample_sequences(dist_params, key, count):
+        """count policy samples at each step of sequences [T, M]: [count, T, M, (d)], each
+        sequence drawing from its own key (the same draws however the M sequences are split
+        over devices)."""
+
+        def one_sequence(sequence_params, sequence_key):  # [T, ...] -> [count, T, ...]
+            keys = jax.random.split(sequence_key, count)
+            return jax.vmap(lambda k: actor_critic.sample(action_spec, sequence_params, k))(keys)
+
+        size = jax.tree.leaves(dist_params)[0].shape[1]
+        keys = parallel.example_keys(key, size)
+        return jax.vmap(one_sequence, in_axes=(1, 0), out_axes=2)(dist_params, keys)
+
+    def q_mean(logits):
+        return jnp.sum(jax.nn.softmax(logits) * atoms, axis=-1)
+
+    def transition_mask(batch):
+        """Transitions t -> t+1 of sequences [L, M]: none out of a LAST step (a reset)."""
+        return (batch.step_type[:-1] != StepType.LAST).astype(jnp.float32)
+
+    def td_target_probs(state: CRRState, batch, initial, key):
+        """The target distribution at each next step [L-1, M, atoms]: the target critic's
+        distributions of N target-policy actions, averaged in log space."""
+        next_actions = sample_sequences(
+            networks.policy_view(state.target_policy_params, batch, 1, initial),
+            key,
+            config.num_action_samples_td,
         )
-        logits = critic.apply(critic_params, observation[:-1], action[:-1])
+        target_logits = networks.critic_view(state.target_critic_params, batch, 1, initial)(
+            next_actions
+        )  # [N, L-1, M, atoms]
+        log_probs = jax.vmap(ops.average_log_probs, in_axes=1, out_axes=0)(
+            target_logits.reshape(target_logits.shape[0], -1, config.num_atoms)
+        )
+        return jnp.exp(log_probs).reshape(target_logits.shape[1:])
+
+    def critic_loss(critic_params, batch, initial, target_probs, gamma):
+        """Categorical TD over the transitions t -> t+1 of sequences [L, M]."""
+        taken = _from_env(action_spec, batch.action[:-1])[None]
+        logits = networks.critic_view(critic_params, batch, 0, initial)(taken)[0]
         losses = jax.vmap(ops.categorical_td_loss, in_axes=(None, 0, 0, 0, 0))(
             atoms,
             logits.reshape(-1, config.num_atoms),
             batch.reward[1:].reshape(-1),
             (gamma * batch.discount[1:]).reshape(-1),
-            target_probs,
+            target_probs.reshape(-1, config.num_atoms),
         )
-        mask = (batch.step_type[:-1] != StepType.LAST).reshape(-1).astype(jnp.float32)
-        loss = parallel.masked_mean(losses, mask)
+        loss = parallel.masked_mean(losses, transition_mask(batch).reshape(-1))
         return loss, {"loss/critic": loss}
 
-    def policy_loss(policy_params, state: CRRState, batch, key):
-        observation, action = flatten(batch.observation[:-1]), from_env(batch.action[:-1])
-        q = q_mean(state.critic_params, observation, action)
-        samples = sample_for_sequences(
-            state.policy_params, observation, key, config.num_action_samples_policy
+    def policy_loss(policy_params, state: CRRState, batch, initial, key):
+        """-log pi(a|s) x f(A) over the transitions' first steps."""
+        action = _from_env(action_spec, batch.action[:-1])
+        evaluate = networks.critic_view(state.critic_params, batch, 0, initial)
+        q = q_mean(evaluate(action[None])[0])
+        samples = sample_sequences(
+            networks.policy_view(state.policy_params, batch, 0, initial),
+            key,
+            config.num_action_samples_policy,
         )
-        tiled = jnp.broadcast_to(observation, samples.shape[:1] + observation.shape)
-        baseline = reduce_baseline(q_mean(state.critic_params, tiled, samples), axis=0)
+        baseline = reduce_baseline(q_mean(evaluate(samples)), axis=0)
         advantage = jax.lax.stop_gradient(q - baseline)
         coefficient = improvement(advantage, config.beta, config.ratio_upper_bound)
-        log_prob = actor_critic.log_prob(
-            action_spec, policy.apply(policy_params, observation), action
-        )
-        mask = (batch.step_type[:-1] != StepType.LAST).astype(jnp.float32)
-        loss = -parallel.masked_mean(log_prob * coefficient, mask)
+        dist_params = networks.policy_view(policy_params, batch, 0, initial)
+        log_prob = actor_critic.log_prob(action_spec, dist_params, action)
+        loss = -parallel.masked_mean(log_prob * coefficient, transition_mask(batch))
         return loss, {
             "loss/policy": loss,
             "crr/advantage": jnp.mean(advantage),
@@ -304,15 +306,26 @@ def make_crr(spec: EnvSpec, config: CRRConfig) -> Agent:
             "crr/q": jnp.mean(q),
         }
 
+    def initial_states(batch):
+        """Where recurrent cores start each sequence: the recorded rollout states of step 0
+        under use_rollout_state, else zeros."""
+        if not recurrent:
+            return ()
+        if config.use_rollout_state:
+            return jax.tree.map(lambda x: x[0], batch.state)
+        return networks.initial_carry(batch.step_type.shape[1])
+
     def update(state: CRRState, batch: Experience, key):
         """One step of both optimisers on sequences [L, M]; hard target copies on schedule."""
-        critic_key, policy_key = jax.random.split(key)
+        target_key, policy_key = jax.random.split(key)
         gamma = discount(state.update_step)
+        initial = initial_states(batch)
+        target_probs = td_target_probs(state, batch, initial, target_key)
         critic_grads, critic_metrics = jax.grad(critic_loss, has_aux=True)(
-            state.critic_params, state, batch, critic_key, gamma
+            state.critic_params, batch, initial, target_probs, gamma
         )
         policy_grads, policy_metrics = jax.grad(policy_loss, has_aux=True)(
-            state.policy_params, state, batch, policy_key
+            state.policy_params, state, batch, initial, policy_key
         )
         critic_grads, policy_grads, critic_metrics, policy_metrics = parallel.device_mean(
             (critic_grads, policy_grads, critic_metrics, policy_metrics)
@@ -363,11 +376,193 @@ def make_crr(spec: EnvSpec, config: CRRConfig) -> Agent:
             replay_capacity=config.replay_capacity,
             min_replay_size=max(config.min_replay_size, config.mini_batch_length),
             replay_ratio=config.replay_ratio,
+            recurrent=recurrent,
+            use_rollout_state=config.use_rollout_state and recurrent,
         ),
         init=init,
-        initial_carry=lambda batch_size: (),
+        initial_carry=networks.initial_carry,
         act=act,
         preprocess=lambda state, experience: experience,
         update=update,
         params=lambda state: state.policy_params,
     )
+
+
+def _bounds(action_spec):
+    return (
+        None
+        if action_spec.is_discrete
+        else tuple(jnp.asarray(b, jnp.float32) for b in action_spec.bounds)
+    )
+
+
+def _to_env(action_spec, action):
+    """[-1, 1] -> the Box (discrete actions pass through)."""
+    if action_spec.is_discrete:
+        return action
+    low, high = _bounds(action_spec)
+    return low + (action + 1.0) * 0.5 * (high - low)
+
+
+def _from_env(action_spec, action):
+    """The Box -> [-1, 1] (discrete actions pass through)."""
+    if action_spec.is_discrete:
+        return action
+    low, high = _bounds(action_spec)
+    return 2.0 * (action - low) / (high - low) - 1.0
+
+
+def _window(batch, start: int) -> slice:
+    """The L - 1 steps of sequences [L, M] from ``start``: the transitions' first steps (0)
+    or their next steps (1)."""
+    return slice(start, start + batch.step_type.shape[0] - 1)
+
+
+def _flatten(spec: EnvSpec, observation):
+    batch = observation.shape[: observation.ndim - len(spec.observation_shape)]
+    return observation.reshape(batch + (-1,)).astype(jnp.float32)
+
+
+def _example_inputs(spec: EnvSpec):
+    observation = jnp.zeros((1, math.prod(spec.observation_shape)), jnp.float32)
+    action = (
+        jnp.zeros((1,), jnp.int32)
+        if spec.action.is_discrete
+        else jnp.zeros((1, len(spec.action.low)), jnp.float32)
+    )
+    return observation, action
+
+
+def _choose(key, candidates, q, beta, states=None):
+    """Boltzmann resampling of N candidates [N, B, ...] (and their states) by softmax(Q / beta)."""
+    if states is None:
+        return boltzmann.resample(key, candidates, q, beta)[0], None
+    action, chosen, _ = boltzmann.resample_with_states(key, candidates, q, beta, states)
+    return action, chosen
+
+
+def _feed_forward(spec: EnvSpec, config: CRRConfig, atoms) -> _Networks:
+    action_spec = spec.action
+    policy = actor_critic.Policy(action_spec, config.hidden_sizes)
+    critic = actor_critic.DistributionalCritic(action_spec, config.num_atoms, config.hidden_sizes)
+
+    def init(key):
+        policy_key, critic_key = jax.random.split(key)
+        observation, action = _example_inputs(spec)
+        return policy.init(policy_key, observation), critic.init(critic_key, observation, action)
+
+    def step(state, timestep, carry, key, temperature, boltzmann_acting):
+        observation = _flatten(spec, timestep.observation)
+        dist_params = policy.apply(state.policy_params, observation)
+        if not boltzmann_acting:
+            return actor_critic.sample(action_spec, dist_params, key, temperature), carry
+        sample_key, choice_key = jax.random.split(key)
+        keys = jax.random.split(sample_key, config.boltzmann_samples)
+        candidates = jax.vmap(lambda k: actor_critic.sample(action_spec, dist_params, k))(keys)
+        logits = critic.apply(
+            state.critic_params, _tile(config.boltzmann_samples, observation), candidates
+        )
+        q = jnp.sum(jax.nn.softmax(logits) * atoms, axis=-1)
+        return _choose(choice_key, candidates, q, config.boltzmann_beta)[0], carry
+
+    def policy_view(params, batch, start, initial):
+        del initial
+        return policy.apply(params, _flatten(spec, batch.observation[_window(batch, start)]))
+
+    def critic_view(params, batch, start, initial):
+        del initial
+        observation = _flatten(spec, batch.observation[_window(batch, start)])
+
+        def evaluate(actions):
+            return critic.apply(params, _tile(actions.shape[0], observation), actions)
+
+        return evaluate
+
+    return _Networks(init, lambda batch_size: (), step, policy_view, critic_view)
+
+
+def _recurrent(spec: EnvSpec, config: CRRConfig, atoms) -> _Networks:
+    """Policy and critic with LSTM/GRU cores, reset where episodes start. The acting carry is
+    (policy state, critic state); the critic's state advances on the chosen action."""
+    action_spec = spec.action
+    policy = RecurrentPolicy(action_spec, config.hidden_sizes, config.core, config.core_size)
+    critic = RecurrentCritic(
+        action_spec, config.hidden_sizes, config.core, config.core_size, config.num_atoms
+    )
+
+    def initial_carry(batch_size: int):
+        return (policy.initial_state((batch_size,)), critic.initial_state((batch_size,)))
+
+    def init(key):
+        policy_key, critic_key = jax.random.split(key)
+        observation, action = _example_inputs(spec)
+        first = jnp.ones((1,), bool)
+        policy_state, critic_state = initial_carry(1)
+        return (
+            policy.init(policy_key, policy_state, observation, first),
+            critic.init(critic_key, critic_state, observation, action, first),
+        )
+
+    def step(state, timestep, carry, key, temperature, boltzmann_acting):
+        observation = _flatten(spec, timestep.observation)
+        first = timestep.step_type == StepType.FIRST
+        policy_state, critic_state = carry
+        policy_state, dist_params = policy.apply(
+            state.policy_params, policy_state, observation, first
+        )
+        if not boltzmann_acting:
+            action = actor_critic.sample(action_spec, dist_params, key, temperature)
+            critic_state, _ = critic.apply(
+                state.critic_params, critic_state, observation, action, first
+            )
+            return action, (policy_state, critic_state)
+        count = config.boltzmann_samples
+        sample_key, choice_key = jax.random.split(key)
+        keys = jax.random.split(sample_key, count)
+        candidates = jax.vmap(lambda k: actor_critic.sample(action_spec, dist_params, k))(keys)
+        critic_states, logits = critic.apply(
+            state.critic_params,
+            _tile(count, critic_state),
+            _tile(count, observation),
+            candidates,
+            _tile(count, first),
+        )
+        q = jnp.sum(jax.nn.softmax(logits) * atoms, axis=-1)
+        states = (_tile(count, policy_state), critic_states)
+        action, chosen = _choose(choice_key, candidates, q, config.boltzmann_beta, states)
+        return action, chosen
+
+    def inputs(batch, start):
+        window = _window(batch, start)
+        return (
+            _flatten(spec, batch.observation[window]),
+            _from_env(action_spec, batch.action[window]),
+            batch.step_type[window] == StepType.FIRST,
+        )
+
+    def policy_view(params, batch, start, initial):
+        observation, _, first = inputs(batch, start)
+
+        def one_step(core_state, step_inputs):
+            return policy.apply(params, core_state, *step_inputs)
+
+        return jax.lax.scan(one_step, initial[0], (observation, first))[1]
+
+    def critic_view(params, batch, start, initial):
+        observation, action, first = inputs(batch, start)
+
+        def one_step(core_state, step_inputs):
+            new_state, _ = critic.apply(params, core_state, *step_inputs)
+            return new_state, core_state
+
+        # The state before each step: the steps before it in the window, taken actions.
+        states = jax.lax.scan(one_step, initial[1], (observation, action, first))[1]
+
+        def evaluate(actions):
+            count = actions.shape[0]
+            tiled = _tile(count, (states, observation, first))
+            return critic.apply(params, tiled[0], tiled[1], actions, tiled[2])[1]
+
+        return evaluate
+
+    return _Networks(init, initial_carry, step, policy_view, critic_view)
