@@ -424,9 +424,9 @@ def format_ratios(ratios: dict[str, float | None]) -> str:
             f"{show(ratios['heron_gym_utd1_over_sb3_steps_per_s'])}",
             f"  heron gymnax, UTD 0.25 (heron default)  "
             f"{show(ratios['heron_gymnax_utd0.25_over_sb3_steps_per_s'])}   (not the same UTD)",
-            f"  heron SVG0 gymnax, UTD {SVG0_UTD:g}           "
+            f"  {f'heron SVG0 gymnax, UTD {SVG0_UTD:g}':<40}"
             f"{show(ratios['heron_svg0_over_sb3_steps_per_s'])}   (not the same UTD)",
-            f"  heron SVG0+prior gymnax, UTD {SVG0_UTD:g}     "
+            f"  {f'heron SVG0+prior gymnax, UTD {SVG0_UTD:g}':<40}"
             f"{show(ratios['heron_svg0_prior_over_sb3_steps_per_s'])}   (not the same UTD)",
         ]
     )
