@@ -21,7 +21,14 @@ from heron.agents.base import Agent, ConfigError
 from heron.envs.wrappers import ObservationPipeline, PipelineState, RunningStats
 from heron.offline.dataset import Dataset, check_against_env, to_steps
 from heron.replay import UniformReplay
-from heron.training.loop import SEED_AXIS, EpisodeStats, Program, TrainState, make_program
+from heron.training.loop import (
+    SEED_AXIS,
+    EpisodeStats,
+    Program,
+    TrainState,
+    make_program,
+    sample_and_update,
+)
 
 
 class OfflineData(NamedTuple):
@@ -99,20 +106,10 @@ def check_offline_run(agent: Agent, run) -> None:
 
 
 def update_from_replay(agent: Agent, replay, replay_state, agent_state, key, num_updates: int):
-    """``num_updates`` optimiser steps, each on ``mini_batch_size`` sequences of
-    ``mini_batch_length`` steps sampled afresh (time-major [L, M] for ``agent.update``);
-    returns (agent_state, metrics averaged over the updates)."""
-    schedule = agent.schedule
-    size, length = schedule.mini_batch_size, schedule.mini_batch_length
-
-    def one_update(agent_state, update_key):
-        sample_key, update_key = jax.random.split(update_key)
-        batch = agent.preprocess(agent_state, replay.sample(replay_state, sample_key, size, length))
-        batch = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), batch)
-        return agent.update(agent_state, batch, update_key)
-
-    agent_state, metrics = jax.lax.scan(one_update, agent_state, jax.random.split(key, num_updates))
-    metrics = jax.tree.map(jnp.mean, metrics)
+    """``loop.sample_and_update``, counting the updates in the metrics."""
+    agent_state, metrics = sample_and_update(
+        agent, replay, replay_state, agent_state, key, num_updates
+    )
     metrics["train/updates"] = jnp.float32(num_updates)
     return agent_state, metrics
 

@@ -165,12 +165,28 @@ def learn_on_policy(agent: Agent, replay, state: TrainState, unroll, key):
     return agent_state, replay_state, metrics
 
 
+def sample_and_update(agent: Agent, replay, replay_state, agent_state, key, num_updates: int):
+    """``num_updates`` optimiser steps, each on ``mini_batch_size`` sequences of
+    ``mini_batch_length`` steps sampled afresh from ``replay_state`` (time-major [L, M] for
+    ``agent.update``); returns (agent_state, metrics averaged over the updates)."""
+    size, length = agent.schedule.mini_batch_size, agent.schedule.mini_batch_length
+
+    def one_update(agent_state, update_key):
+        sample_key, update_key = jax.random.split(update_key)
+        batch = agent.preprocess(agent_state, replay.sample(replay_state, sample_key, size, length))
+        batch = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), batch)
+        return agent.update(agent_state, batch, update_key)
+
+    agent_state, metrics = jax.lax.scan(one_update, agent_state, jax.random.split(key, num_updates))
+    return agent_state, jax.tree.map(jnp.mean, metrics)
+
+
 def learn_off_policy(agent: Agent, replay, state: TrainState, unroll, key):
     """Adds the unroll's new steps to a sampling replay; once ``min_replay_size`` steps are
     stored, ``num_updates`` optimiser steps, each on ``mini_batch_size`` sequences of
     ``mini_batch_length`` steps drawn afresh (time-major [L, M] for ``agent.update``)."""
     schedule = agent.schedule
-    length, size = schedule.mini_batch_length, schedule.mini_batch_size
+    length = schedule.mini_batch_length
     # Consecutive unrolls overlap by one step: its last step is the next one's first.
     replay_state = replay.add(state.replay_state, jax.tree.map(lambda x: x[:, :-1], unroll))
     stored = replay.size(replay_state) * replay.num_envs
@@ -182,17 +198,10 @@ def learn_off_policy(agent: Agent, replay, state: TrainState, unroll, key):
     # and discarding them (a batched predicate turns a cond into a select).
     ready = jax.lax.pmin(ready.astype(jnp.int32), SEED_AXIS) > 0
 
-    def one_update(agent_state, update_key):
-        sample_key, update_key = jax.random.split(update_key)
-        batch = agent.preprocess(agent_state, replay.sample(replay_state, sample_key, size, length))
-        batch = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), batch)
-        return agent.update(agent_state, batch, update_key)
-
     def train(agent_state):
-        agent_state, metrics = jax.lax.scan(
-            one_update, agent_state, jax.random.split(key, schedule.num_updates)
+        return sample_and_update(
+            agent, replay, replay_state, agent_state, key, schedule.num_updates
         )
-        return agent_state, jax.tree.map(jnp.mean, metrics)
 
     def wait(agent_state):
         metrics_shape = jax.eval_shape(train, agent_state)[1]
