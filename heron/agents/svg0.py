@@ -211,11 +211,7 @@ def retrace_targets(log_rhos, discounts, rewards, q_values, values, lambda_):
     return retrace(log_rhos, discounts, rewards, q_values, values[:-1], values[-1], lambda_).qs
 
 
-def masked_mean(x, mask):
-    """This device's share of the mean of ``x`` over the unmasked entries of the whole batch
-    (all devices): its masked sum over the mean count per device, so that ``device_mean``
-    of it, and of its gradient, is the masked mean over every device's data."""
-    return jnp.sum(x * mask) / jnp.maximum(parallel.device_mean(jnp.sum(mask)), 1.0)
+masked_mean = parallel.masked_mean  # over the whole batch, whichever devices hold it
 
 
 def critic_loss_from(retrace_qs, online_q, mask):
@@ -254,7 +250,7 @@ def sample_with_log_prob(dist_params, key, count):
     dist_params {mean, log_std} [T, B, d] -> actions [count, T, B, d], log_probs [count,
     T, B]. Each sequence (b) draws from its own key, the same draws however the B
     sequences are split over devices."""
-    keys = _sequence_keys(key, dist_params["mean"].shape[1])
+    keys = parallel.example_keys(key, dist_params["mean"].shape[1])
 
     def one_sequence(params, sequence_key):  # [T, d] -> [count, T, d], [count, T]
         dist = _tanh_gaussian(params)
@@ -266,16 +262,6 @@ def sample_with_log_prob(dist_params, key, count):
 def _tanh_gaussian(params):
     normal = distrax.MultivariateNormalDiag(params["mean"], jnp.exp(params["log_std"]))
     return distrax.Transformed(normal, distrax.Block(distrax.Tanh(), ndims=1))
-
-
-def _sequence_keys(key, local_size):
-    """One key per sequence of this device's share [local_size], from its index in the whole
-    batch (as ``parallel.example_keys``)."""
-    try:
-        offset = jax.lax.axis_index(parallel.DEVICE_AXIS) * local_size
-    except NameError:  # one device
-        offset = 0
-    return jax.vmap(lambda index: jax.random.fold_in(key, index))(offset + jnp.arange(local_size))
 
 
 def behaviour_log_prob(experience: Experience):
