@@ -13,8 +13,8 @@ compilation cache:
   hyperparameters, in ``benchmarks/.venvs/sb3`` via ``_peers/sb3_sac.py``;
 * heron CRR through its CLI (``heron train crr``, 32 envs x unroll 1 per
   iteration, ``--reward-scale 0.1``): gymnax Pendulum-v1 at replay ratio 1.0
-  (the same update-to-data ratio as SAC) and at heron's default 0.25, and
-  gym Pendulum-v1 at replay ratio 1.0;
+  (the same update-to-data ratio as SAC) with Acme's networks and with small ones
+  (``SMALL_CRR_FLAGS``), at heron's default 0.25, and gym Pendulum-v1 at replay ratio 1.0;
 * heron SVG0 through its CLI (``heron train svg0``, same 32 envs and reward scale),
   without and with the learned prior (``--svg0.prior True``), on gymnax Pendulum-v1 at
   replay ratio 0.5 with the settings of its learning test (``SVG0_FLAGS``: 64 x 64
@@ -69,16 +69,23 @@ EVAL_EPISODES = 8
 THRESHOLD_RETURN = -200.0  # "steps to >= -200": a usual bar for a swung-up pendulum
 SPEEDUP_TARGET = 5.0  # heron steps/s / SB3 steps/s at the same UTD
 # Env steps of the full runs: SB3 SAC (the zoo's n_timesteps), heron CRR gymnax at UTD 1,
-# heron CRR gymnax at its default UTD 0.25, heron CRR gym at UTD 1 (short: ~70 steps/s on
-# 2 cores), heron SVG0 gymnax at UTD 0.5 without and with its prior.
-FULL_STEPS = (20_000, 20_000, 60_000, 8_000, 30_000, 30_000)
-QUICK_STEPS = (4_000, 4_000, 12_000, 4_000, 6_000, 6_000)
+# the same with small CRR networks, heron CRR gymnax at its default UTD 0.25, heron CRR gym
+# at UTD 1 (short: ~70 steps/s on 2 cores), heron SVG0 gymnax at UTD 0.5 without and with
+# its prior.
+FULL_STEPS = (20_000, 20_000, 20_000, 60_000, 8_000, 30_000, 30_000)
+QUICK_STEPS = (4_000, 4_000, 4_000, 12_000, 4_000, 6_000, 6_000)
 SVG0_UTD = 0.5
 # SVG0's settings here, those of its learning test (tests/test_svg0.py), Acme's otherwise.
 SVG0_FLAGS = (
     "--svg0.hidden-sizes", "64", "64", "--svg0.mini-batch-size", "32",
     "--svg0.policy-learning-rate", "3e-4", "--svg0.critic-learning-rate", "3e-4",
     "--svg0.prior-learning-rate", "3e-4",
+)  # fmt: skip
+# CRR with a tenth of the default learner's arithmetic (benchmarks/crr_update.py): 64 x 64
+# networks and one action sample for the baseline and for the TD target instead of 4 + 4.
+SMALL_CRR_FLAGS = (
+    "--crr.hidden-sizes", "64", "64",
+    "--crr.num-action-samples-policy", "1", "--crr.num-action-samples-td", "1",
 )  # fmt: skip
 
 
@@ -93,6 +100,7 @@ class Run:
     steps: int
     algo: str = "crr"  # heron's algorithm
     prior: bool = False  # SVG0's learned prior
+    flags: tuple[str, ...] = ()  # further heron flags
 
 
 def plan(quick: bool, only: tuple[str, ...] = ()) -> list[Run]:
@@ -102,11 +110,12 @@ def plan(quick: bool, only: tuple[str, ...] = ()) -> list[Run]:
     --quick keeps every heron run above the 2,000 steps heron's CRR stores before
     its first update.
     """
-    sac, utd1, default_utd, gym, svg0, svg0_prior = QUICK_STEPS if quick else FULL_STEPS
+    sac, utd1, small, default_utd, gym, svg0, svg0_prior = QUICK_STEPS if quick else FULL_STEPS
     gymnax = "gymnax:Pendulum-v1"
     runs = [
         Run("sb3_sac", "sb3", "gymnasium:Pendulum-v1", 1.0, sac),
         Run("heron_gymnax_utd1", "heron", gymnax, 1.0, utd1),
+        Run("heron_gymnax_utd1_small", "heron", gymnax, 1.0, small, flags=SMALL_CRR_FLAGS),
         Run("heron_gymnax_utd0.25", "heron", gymnax, 0.25, default_utd),
         Run("heron_gym_utd1", "heron", "gym:Pendulum-v1", 1.0, gym),
         Run("heron_svg0", "heron", gymnax, SVG0_UTD, svg0, algo="svg0"),
@@ -124,7 +133,7 @@ def system_name(run: Run) -> str:
         return "SB3 SAC"
     if run.algo == "svg0":
         return "heron SVG0+prior" if run.prior else "heron SVG0"
-    return "heron CRR"
+    return "heron CRR (small)" if run.flags == SMALL_CRR_FLAGS else "heron CRR"
 
 
 @dataclass
@@ -267,6 +276,7 @@ def heron_argv(run: Run, args, run_dir: Path) -> list[str]:
     agent_flags = [f"--{run.algo}.replay-ratio", str(run.utd)]
     if run.algo == "svg0":
         agent_flags += [*SVG0_FLAGS, "--svg0.prior", str(run.prior)]
+    agent_flags += run.flags
     return [
         str(args.heron), "train", run.algo, "--env", run.env, "--steps", str(run.steps),
         "--seed", str(args.seed), "--run-dir", str(run_dir),
@@ -397,6 +407,7 @@ def compute_ratios(rows: list[Row]) -> dict[str, float | None]:
     ratios = {}
     for name in (
         "heron_gymnax_utd1",
+        "heron_gymnax_utd1_small",
         "heron_gym_utd1",
         "heron_gymnax_utd0.25",
         "heron_svg0",
@@ -420,6 +431,9 @@ def format_ratios(ratios: dict[str, float | None]) -> str:
             "throughput, heron steps/s / SB3 SAC steps/s:",
             f"  heron gymnax, UTD 1 (same UTD as SAC)   {show(same_utd)}"
             f"   target >= {SPEEDUP_TARGET:g}x: {verdict}",
+            f"  heron gymnax, UTD 1, small CRR          "
+            f"{show(ratios['heron_gymnax_utd1_small_over_sb3_steps_per_s'])}"
+            f"   (64x64 networks, 1+1 action samples)",
             f"  heron gym,    UTD 1 (same UTD as SAC)   "
             f"{show(ratios['heron_gym_utd1_over_sb3_steps_per_s'])}",
             f"  heron gymnax, UTD 0.25 (heron default)  "
