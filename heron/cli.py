@@ -69,6 +69,33 @@ def _train_args_class(algo: str):
     )
 
 
+def _bool_options(algo: str) -> set[str]:
+    """The train options that take a bool, as ``--name`` and ``--ALGO.name`` (with hyphens or
+    underscores)."""
+    from heron import agents
+    from heron.training import RunConfig
+
+    def names(config_type, prefix: str):
+        for field in dataclasses.fields(config_type):
+            if field.type in (bool, "bool"):
+                yield f"--{prefix}{field.name}"
+                yield f"--{prefix}{field.name.replace('_', '-')}"
+
+    return {*names(RunConfig, ""), *names(agents.config_class(algo), f"{algo}.")}
+
+
+def _bare_flags_mean_true(argv: list[str], bool_options: set[str]) -> list[str]:
+    """``--svg0.prior`` alone means ``--svg0.prior True``: every bool option also reads as a
+    flag (tyro's FlagConversionOff, which keeps ``--x True/False`` working, has none)."""
+    expanded = []
+    for index, token in enumerate(argv):
+        expanded.append(token)
+        at_end = index + 1 == len(argv) or argv[index + 1].startswith("-")
+        if token in bool_options and at_end:
+            expanded.append("True")
+    return expanded
+
+
 def _parse_train(argv: list[str]):
     from heron.training import RunConfig
 
@@ -79,6 +106,7 @@ def _parse_train(argv: list[str]):
         raise UsageError("heron train needs an algorithm, e.g. `heron train ppo`")
     algo, rest = argv[0], argv[1:]
     args_class = _train_args_class(algo)
+    rest = _bare_flags_mean_true(rest, _bool_options(algo))
     args = tyro.cli(
         args_class, args=rest, prog=f"heron train {algo}", config=(tyro.conf.FlagConversionOff,)
     )

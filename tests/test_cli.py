@@ -153,3 +153,14 @@ def test_plot_command(tmp_path, capsys):
     assert summary["runs"] == 1 and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["plot", str(tmp_path / "none"), "--out", str(out)]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_bool_options_read_as_flags_or_with_a_value():
+    from heron.cli import _parse_train
+
+    _, config, run = _parse_train(["svg0", "--svg0.prior", "--separate-eval"])
+    assert config.prior is True and run.separate_eval is True
+    _, config, run = _parse_train(["svg0", "--svg0.prior", "False", "--separate-eval", "False"])
+    assert config.prior is False and run.separate_eval is False
+    _, config, _ = _parse_train(["ppo", "--ppo.use-rollout-state", "--ppo.core", "lstm"])
+    assert config.use_rollout_state is True and config.core == "lstm"
