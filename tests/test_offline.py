@@ -532,3 +532,36 @@ def test_replay_loading_is_vectorised(tmp_path):
     assert np.sum(stored.step_type == StepType.FIRST) == 200
     assert np.all(stored.step_type[0, 200::201] == StepType.LAST)
     assert np.all(stored.discount[0] == 1.0)  # every episode was truncated
+
+
+# --------------------------------------------------------------------------- SVG0 from data
+
+TINY_SVG0 = dict(hidden_sizes=(16,), num_action_samples=2, sequence_length=3, mini_batch_size=8)
+
+
+def test_svg0_trains_from_data_with_behaviour_log_probs(tmp_path):
+    from heron.agents import SVG0Config
+
+    write_pendulum(tmp_path / "data", pendulum_episodes(lengths=(20, 30, 25)))
+    run = RunConfig(
+        env=PENDULUM, dataset=str(tmp_path / "data"), steps=20, updates_per_iteration=10,
+        n_evals=1, eval_every_n=1,
+    )  # fmt: skip
+    summary = train(build("svg0", SVG0Config(**TINY_SVG0), run), str(tmp_path / "run"))
+    assert summary["steps"] == 20 and np.isfinite(summary["final_eval_return"])
+
+
+def test_svg0_refuses_data_without_behaviour_log_probs(tmp_path, capsys):
+    from heron.agents import SVG0Config
+    from heron.agents.svg0 import MissingExtrasError
+
+    episodes = [e._replace(extras={}) for e in pendulum_episodes(lengths=(20, 30, 25))]
+    write_pendulum(tmp_path / "data", episodes)
+    run = RunConfig(env=PENDULUM, dataset=str(tmp_path / "data"), steps=20, n_evals=1)
+    with pytest.raises(MissingExtrasError, match="svg0 needs the behaviour policy's log-prob"):
+        build("svg0", SVG0Config(**TINY_SVG0), run)
+    argv = ["train", "svg0", "--env", PENDULUM, "--dataset", str(tmp_path / "data")]
+    assert main([*argv, "--run-dir", str(tmp_path / "cli")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("heron: error: svg0 needs") and "\n" not in error
+    assert not (tmp_path / "cli").exists()

@@ -82,7 +82,24 @@ def load_offline_data(
     replay = UniformReplay(capacity=total, num_envs=1)
     lane = jax.tree.map(lambda x: x[None], steps)  # [1, N, ...]
     replay_state = replay.add(replay.init(lane), lane)
+    check_agent_can_learn(agent, replay, replay_state)
     return OfflineData(replay, replay_state, stats, dataset.summary())
+
+
+def check_agent_can_learn(agent: Agent, replay, replay_state) -> None:
+    """Traces (without running) the agent's preprocessing of a sampled mini-batch, so data
+    it cannot learn from (e.g. SVG0 on a dataset without behaviour log-probabilities) is
+    refused with the agent's own error before anything is written."""
+    schedule = agent.schedule
+    state = jax.eval_shape(agent.init, jax.random.PRNGKey(0))
+    batch = jax.eval_shape(
+        lambda replay_state, key: replay.sample(
+            replay_state, key, schedule.mini_batch_size, schedule.mini_batch_length
+        ),
+        replay_state,
+        jax.random.PRNGKey(0),
+    )
+    jax.eval_shape(agent.preprocess, state, batch)
 
 
 def check_offline_run(agent: Agent, run) -> None:
