@@ -5,9 +5,10 @@ Usage (from the repository root)::
     .venv/bin/python benchmarks/offline_crr.py [--dataset DIR] [--updates N] [--quick]
                                                [--out PATH] [--wait-idle S]
 
-Without ``--dataset`` a medium Pendulum dataset is made first: heron CRR trained online on
-gymnax Pendulum-v1 (``MEDIUM_ONLINE_STEPS`` env steps, ``--reward-scale 0.1``), then
-``heron collect`` of ``DATASET_EPISODES`` episodes of its behaviour policy. Then, each in a
+Without ``--dataset`` a medium Pendulum dataset is made first: heron SVG0 trained online on
+gymnax Pendulum-v1 (``MEDIUM_ONLINE_STEPS`` env steps, ``--reward-scale 0.1``, the settings
+of its learning test), then ``heron collect`` of ``DATASET_EPISODES`` episodes of its
+behaviour policy (the dataset of tests/test_offline.py's learning test). Then, each in a
 fresh subprocess:
 
 * heron CRR from the dataset (``heron train crr --dataset``), its defaults, rewards scaled
@@ -17,10 +18,10 @@ fresh subprocess:
   ``benchmarks/.venvs/d3rlpy`` via ``_peers/d3rlpy_crr.py``, reading the same dataset with
   minari, greedy evaluation on Gymnasium Pendulum-v1.
 
-Both take ``--updates`` gradient steps on mini-batches of 256 transitions. The script
-prints whole-process wall time, updates/s and final greedy return for each, and heron's
-updates/s over d3rlpy's. Timings are reported, never asserted. Results go to ``--out``
-(default ``benchmarks/results/offline_crr.json``).
+Both take ``--updates`` gradient steps, each on mini-batches of its own default size (heron
+256 transitions, d3rlpy 100). The script prints whole-process wall time, updates/s and
+final greedy return for each, and heron's updates/s over d3rlpy's. Timings are reported,
+never asserted. Results go to ``--out`` (default ``benchmarks/results/offline_crr.json``).
 """
 
 from __future__ import annotations
@@ -39,8 +40,15 @@ PEERS = BENCH / "_peers"
 RESULTS = BENCH / "results"
 WORK = RESULTS / "offline_crr"
 
-MEDIUM_ONLINE_STEPS = 12_000
-DATASET_EPISODES = 50
+MEDIUM_ONLINE_STEPS = 10_000
+DATASET_EPISODES = 200
+# The behaviour policy: SVG0 with the settings of its learning test (tests/test_svg0.py),
+# stopped part-way (D4RL's "medium" recipe), as in tests/test_offline.py.
+SVG0_FLAGS = (
+    "--svg0.hidden-sizes", "64", "64", "--svg0.mini-batch-size", "32",
+    "--svg0.replay-ratio", "0.5", "--svg0.policy-learning-rate", "3e-4",
+    "--svg0.critic-learning-rate", "3e-4", "--svg0.prior-learning-rate", "3e-4",
+)  # fmt: skip
 EVAL_EPISODES = 32
 UPDATES = 10_000
 
@@ -50,7 +58,7 @@ def heron_cli(args) -> str:
 
 
 def make_dataset(args) -> tuple[Path, dict | None]:
-    """A medium Pendulum dataset from a briefly trained heron CRR run."""
+    """A medium Pendulum dataset from a briefly trained heron SVG0 run."""
     import shutil
 
     if WORK.exists():
@@ -58,14 +66,15 @@ def make_dataset(args) -> tuple[Path, dict | None]:
     WORK.mkdir(parents=True)
     online = WORK / "online"
     argv = [
-        heron_cli(args), "train", "crr", "--env", "gymnax:Pendulum-v1",
-        "--steps", str(args.online_steps), "--reward-scale", "0.1", "--seed", str(args.seed),
-        "--eval-temperatures", "0", "--eval-every-n", "100000", "--run-dir", str(online),
+        heron_cli(args), "train", "svg0", "--env", "gymnax:Pendulum-v1",
+        "--steps", str(args.online_steps), "--num-envs", "16", "--reward-scale", "0.1",
+        "--seed", str(args.seed), "--eval-temperatures", "0", "--eval-every-n", "100000",
+        "--run-dir", str(online), *SVG0_FLAGS,
     ]  # fmt: skip
     child = measure(argv, args)
     if not child.ok:
         raise SystemExit(f"online run failed: {child.error}\n{child.stderr_tail}")
-    log(f"  online CRR {args.online_steps} steps: greedy {child.payload['final_eval_return']:.1f}")
+    log(f"  online SVG0 {args.online_steps} steps: greedy {child.payload['final_eval_return']:.1f}")
     dataset = WORK / "pendulum-medium"
     argv = [
         heron_cli(args), "collect", str(online), "--episodes", str(DATASET_EPISODES),
@@ -170,7 +179,7 @@ def main() -> None:
         dataset_info = read_dataset(dataset).summary()
         WORK.mkdir(parents=True, exist_ok=True)
     else:
-        log("[dataset] medium Pendulum from a briefly trained heron CRR")
+        log("[dataset] medium Pendulum from a briefly trained heron SVG0")
         dataset, dataset_info = make_dataset(args)
     log(f"\n[train] {args.updates} updates each on {dataset}")
     heron = bench_heron(dataset, args)
