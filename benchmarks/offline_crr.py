@@ -98,13 +98,7 @@ def bench_heron(dataset: Path, args) -> dict:
         "--reward-scale", "0.1", "--seed", str(args.seed), "--eval-temperatures", "0",
         "--n-evals", str(EVAL_EPISODES), "--run-dir", str(run_dir),
     ]  # fmt: skip
-    child = measure(argv, args)
-    record = child.to_json()
-    if child.ok:
-        log(f"  heron CRR   {child.wall_s:8.1f} s  final {child.payload['final_eval_return']:.1f}")
-    else:
-        log(f"  heron CRR   FAILED ({child.error})\n{child.stderr_tail}")
-    return record
+    return timed("heron CRR ", argv, args)
 
 
 def bench_d3rlpy(dataset: Path, args) -> dict:
@@ -118,13 +112,17 @@ def bench_d3rlpy(dataset: Path, args) -> dict:
         "--updates", str(args.updates), "--seed", str(args.seed),
         "--eval-episodes", str(EVAL_EPISODES), "--torch-threads", str(args.torch_threads),
     ]  # fmt: skip
+    return timed("d3rlpy CRR", argv, args)
+
+
+def timed(label: str, argv: list[str], args) -> dict:
+    """Runs one training process and logs its wall time and final return."""
     child = measure(argv, args)
-    record = child.to_json()
     if child.ok:
-        log(f"  d3rlpy CRR  {child.wall_s:8.1f} s  final {child.payload['final_eval_return']:.1f}")
+        log(f"  {label}  {child.wall_s:8.1f} s  final {child.payload['final_eval_return']:.1f}")
     else:
-        log(f"  d3rlpy CRR  FAILED ({child.error})\n{child.stderr_tail}")
-    return record
+        log(f"  {label}  FAILED ({child.error})\n{child.stderr_tail}")
+    return child.to_json()
 
 
 def table(dataset_info: dict | None, heron: dict, d3rlpy: dict, updates: int) -> None:

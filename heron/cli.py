@@ -212,9 +212,7 @@ def cmd_collect(argv: list[str]) -> dict:
     configure_compile_cache()
     from heron.offline import collect
 
-    return collect(
-        args.run_dir, args.episodes, args.out, args.temperature, args.epsilon, args.seed
-    )
+    return collect(args.run_dir, args.episodes, args.out, args.temperature, args.epsilon, args.seed)
 
 
 COMMANDS = {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot, "collect": cmd_collect}

@@ -488,14 +488,9 @@ def test_offline_crr_beats_behaviour_cloning_on_medium_pendulum(tmp_path):
         eval_every_n=10_000,
         eval_temperatures=(0.0,),
     )
-    behaviour = SVG0Config(
-        hidden_sizes=(64, 64),
-        mini_batch_size=32,
-        replay_ratio=0.5,
-        policy_learning_rate=3e-4,
-        critic_learning_rate=3e-4,
-        prior_learning_rate=3e-4,
-    )  # the settings of tests/test_svg0.py's learning test
+    from test_svg0 import LEARNING_CONFIG
+
+    behaviour = SVG0Config(**LEARNING_CONFIG)  # the settings of SVG0's learning test
     train(build("svg0", behaviour, online), str(tmp_path / "online"))
     dataset = collect(str(tmp_path / "online"), MEDIUM_EPISODES, str(tmp_path / "medium"))
     assert dataset["extras"] == ["log_prob"]

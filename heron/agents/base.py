@@ -48,6 +48,31 @@ class TrainSchedule:
     use_rollout_state: bool = False  # record that state in the experience and train from it
 
 
+def replay_schedule(
+    name: str,
+    config,
+    sequence_length: int,
+    recurrent: bool = False,
+    use_rollout_state: bool = False,
+) -> TrainSchedule:
+    """The schedule of an agent trained from the ``uniform`` replay: ``config`` gives
+    unroll_length, mini_batch_size, replay_capacity, min_replay_size and replay_ratio;
+    updates start once ``min_replay_size`` steps (and at least one sequence) are stored."""
+    return TrainSchedule(
+        unroll_length=config.unroll_length,
+        num_updates=1,  # set from replay_ratio by the driver
+        mini_batch_size=config.mini_batch_size,
+        mini_batch_length=sequence_length,
+        replay="uniform",
+        mini_batch_size_field=f"{name}.mini_batch_size",
+        replay_capacity=config.replay_capacity,
+        min_replay_size=max(config.min_replay_size, sequence_length),
+        replay_ratio=config.replay_ratio,
+        recurrent=recurrent,
+        use_rollout_state=use_rollout_state and recurrent,
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class Agent:
     name: str

@@ -22,7 +22,7 @@ import optax
 
 from heron import ops, parallel
 from heron.agents import boltzmann
-from heron.agents.base import Agent, TrainSchedule, check, check_scheduled
+from heron.agents.base import Agent, check, check_scheduled, replay_schedule
 from heron.networks import actor_critic
 from heron.networks.recurrent_actor_critic import CORES, RecurrentCritic, RecurrentPolicy
 from heron.schedules import as_schedule
@@ -366,18 +366,8 @@ def make_crr(spec: EnvSpec, config: CRRConfig) -> Agent:
         name="crr",
         config=config,
         spec=spec,
-        schedule=TrainSchedule(
-            unroll_length=config.unroll_length,
-            num_updates=1,
-            mini_batch_size=config.mini_batch_size,
-            mini_batch_length=config.mini_batch_length,
-            replay="uniform",
-            mini_batch_size_field="crr.mini_batch_size",
-            replay_capacity=config.replay_capacity,
-            min_replay_size=max(config.min_replay_size, config.mini_batch_length),
-            replay_ratio=config.replay_ratio,
-            recurrent=recurrent,
-            use_rollout_state=config.use_rollout_state and recurrent,
+        schedule=replay_schedule(
+            "crr", config, config.mini_batch_length, recurrent, config.use_rollout_state
         ),
         init=init,
         initial_carry=networks.initial_carry,

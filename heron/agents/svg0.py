@@ -50,7 +50,7 @@ import jax.numpy as jnp
 import optax
 
 from heron import ops, parallel
-from heron.agents.base import Agent, ConfigError, TrainSchedule, check, check_scheduled
+from heron.agents.base import Agent, ConfigError, check, check_scheduled, replay_schedule
 from heron.networks import actor_critic, recurrent_actor_critic
 from heron.schedules import as_schedule
 from heron.specs import EnvSpec
@@ -706,18 +706,8 @@ def _build(spec: EnvSpec, config: SVG0Config) -> tuple[Agent, Callable]:
         name="svg0",
         config=config,
         spec=spec,
-        schedule=TrainSchedule(
-            unroll_length=config.unroll_length,
-            num_updates=1,
-            mini_batch_size=config.mini_batch_size,
-            mini_batch_length=config.sequence_length,
-            replay="uniform",
-            mini_batch_size_field="svg0.mini_batch_size",
-            replay_capacity=config.replay_capacity,
-            min_replay_size=max(config.min_replay_size, config.sequence_length),
-            replay_ratio=config.replay_ratio,
-            recurrent=recurrent,
-            use_rollout_state=use_rollout_state,
+        schedule=replay_schedule(
+            "svg0", config, config.sequence_length, recurrent, use_rollout_state
         ),
         init=init,
         initial_carry=initial_carry,

@@ -52,6 +52,13 @@ class Policy(nn.Module):
         return {"mean": mean, "log_std": jnp.clip(log_std, *_LOG_STD_RANGE)}
 
 
+def state_action(spec: ActionSpec, observation, action):
+    """A critic's input: the observation and the action (one-hot when discrete) side by side."""
+    if spec.is_discrete:
+        action = jax.nn.one_hot(action, spec.n_actions)
+    return jnp.concatenate([observation, action.astype(observation.dtype)], -1)
+
+
 class DistributionalCritic(nn.Module):
     """(observations [..., obs], actions [..., d]) -> logits [..., num_atoms] of Q(s, a)."""
 
@@ -61,9 +68,7 @@ class DistributionalCritic(nn.Module):
 
     @nn.compact
     def __call__(self, observation, action):
-        if self.spec.is_discrete:
-            action = jax.nn.one_hot(action, self.spec.n_actions)
-        features = LayerNormMLP(self.hidden_sizes)(jnp.concatenate([observation, action], -1))
+        features = LayerNormMLP(self.hidden_sizes)(state_action(self.spec, observation, action))
         return nn.Dense(self.num_atoms, kernel_init=nn.initializers.zeros)(features)
 
 
@@ -101,7 +106,5 @@ class Critic(nn.Module):
 
     @nn.compact
     def __call__(self, observation, action):
-        if self.spec.is_discrete:
-            action = jax.nn.one_hot(action, self.spec.n_actions)
-        features = LayerNormMLP(self.hidden_sizes)(jnp.concatenate([observation, action], -1))
+        features = LayerNormMLP(self.hidden_sizes)(state_action(self.spec, observation, action))
         return nn.Dense(1)(features)[..., 0]

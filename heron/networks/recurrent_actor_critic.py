@@ -15,7 +15,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from heron.networks.actor_critic import _LOG_STD_RANGE, LayerNormMLP
+from heron.networks.actor_critic import _LOG_STD_RANGE, LayerNormMLP, state_action
 from heron.specs import ActionSpec
 
 CORES = ("lstm", "gru")
@@ -87,11 +87,8 @@ class RecurrentCritic(nn.Module):
 
     @nn.compact
     def __call__(self, state, observation, action, first):
-        if self.spec.is_discrete:
-            action = jax.nn.one_hot(action, self.spec.n_actions)
-        inputs = jnp.concatenate([observation, action.astype(observation.dtype)], -1)
         state, features = _Core(self.core, self.core_size, self.hidden_sizes)(
-            state, inputs, first
+            state, state_action(self.spec, observation, action), first
         )
         if self.num_atoms is None:
             return state, nn.Dense(1)(features)[..., 0]

@@ -185,7 +185,15 @@ def _build_offline(algo: str, agent_config, run: RunConfig) -> Setup:
     data = load_offline_data(read_dataset(run.dataset), agent, pipeline, run.env)
     iterations = max(1, math.ceil(run.steps / run.updates_per_iteration))
     return Setup(
-        algo, agent_config, run, eval_env, eval_env, agent, data.replay, pipeline, iterations,
+        algo,
+        agent_config,
+        run,
+        eval_env,
+        eval_env,
+        agent,
+        data.replay,
+        pipeline,
+        iterations,
         offline=data,
     )
 
