@@ -13,7 +13,9 @@ compilation cache lives in ``$XDG_CACHE_HOME/heron/jax`` (default ~/.cache/heron
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import json
 import os
 import sys
@@ -30,6 +32,31 @@ run `heron train ALGO --help` for every option of an algorithm"""
 
 class UsageError(ValueError):
     """A command line heron cannot run."""
+
+
+def _one_line(box: str) -> str:
+    """The message inside tyro's error box (its first section), on one line."""
+    lines = [line.strip().strip("│╭╮╰╯").strip() for line in box.splitlines()]
+    message = []
+    for line in lines[1:]:  # lines[0] is the box's title
+        if not line or set(line) <= set("─ "):
+            break
+        message.append(line)
+    return " ".join(message) or " ".join(line for line in lines if line.strip("─ "))
+
+
+def _cli(config_type, argv: list[str], prog: str, **kwargs):
+    """``tyro.cli`` whose parse errors are heron's one-line UsageError (tyro prints a box);
+    ``--help`` prints and exits as usual."""
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            return tyro.cli(config_type, args=argv, prog=prog, **kwargs)
+    except SystemExit as exit:
+        if not exit.code:
+            sys.stderr.write(captured.getvalue())
+            raise
+        raise UsageError(f"{_one_line(captured.getvalue())} (see `{prog} --help`)") from None
 
 
 def configure_compile_cache() -> str | None:
@@ -107,9 +134,7 @@ def _parse_train(argv: list[str]):
     algo, rest = argv[0], argv[1:]
     args_class = _train_args_class(algo)
     rest = _bare_flags_mean_true(rest, _bool_options(algo))
-    args = tyro.cli(
-        args_class, args=rest, prog=f"heron train {algo}", config=(tyro.conf.FlagConversionOff,)
-    )
+    args = _cli(args_class, rest, f"heron train {algo}", config=(tyro.conf.FlagConversionOff,))
     from heron import agents
 
     agent_config = _checked(agents.config_class(algo), getattr(args, algo))
@@ -128,7 +153,7 @@ class ResumeArgs:
 
 def cmd_train(argv: list[str]) -> dict:
     if argv and argv[0].startswith("--resume"):
-        args = tyro.cli(ResumeArgs, args=argv, prog="heron train")
+        args = _cli(ResumeArgs, argv, "heron train")
         if args.steps is not None and args.steps <= 0:
             raise UsageError(f"--steps must be > 0, got {args.steps}")
         configure_compile_cache()
@@ -157,7 +182,7 @@ class EvalArgs:
 
 
 def cmd_eval(argv: list[str]) -> dict:
-    args = tyro.cli(EvalArgs, args=argv, prog="heron eval")
+    args = _cli(EvalArgs, argv, "heron eval")
     if args.episodes <= 0:
         raise UsageError(f"--episodes must be > 0, got {args.episodes}")
     if args.temperature < 0:
@@ -181,7 +206,7 @@ class PlotArgs:
 
 
 def cmd_plot(argv: list[str]) -> dict:
-    args = tyro.cli(PlotArgs, args=argv, prog="heron plot")
+    args = _cli(PlotArgs, argv, "heron plot")
     from heron.plotting import plot_runs
 
     return plot_runs(list(args.run_dirs), args.out, args.temperatures)
@@ -206,7 +231,7 @@ class CollectArgs:
 
 
 def cmd_collect(argv: list[str]) -> dict:
-    args = tyro.cli(CollectArgs, args=argv, prog="heron collect")
+    args = _cli(CollectArgs, argv, "heron collect")
     if args.episodes <= 0:
         raise UsageError(f"--episodes must be > 0, got {args.episodes}")
     configure_compile_cache()

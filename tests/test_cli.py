@@ -164,3 +164,26 @@ def test_bool_options_read_as_flags_or_with_a_value():
     assert config.prior is False and run.separate_eval is False
     _, config, _ = _parse_train(["ppo", "--ppo.use-rollout-state", "--ppo.core", "lstm"])
     assert config.use_rollout_state is True and config.core == "lstm"
+
+
+@pytest.mark.parametrize(
+    "argv, message, prog",
+    [
+        (["train", "ppo", "--foo", "3"], "Unrecognized options: --foo, 3", "heron train ppo"),
+        (
+            ["train", "ppo", "--steps", "x"],
+            "Error parsing --steps: invalid literal",
+            "heron train ppo",
+        ),
+        (["train", "crr", "--crr.core", "tcn"], "invalid choice 'tcn'", "heron train crr"),
+        (["collect", "runs/x"], "Missing from heron collect: --episodes INT", "heron collect"),
+    ],
+)
+def test_parse_errors_are_one_line(argv, message, prog, capsys):
+    """tyro's own parse errors too: one line naming the problem, exit status 2."""
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    error = captured.err.strip()
+    assert error.startswith("heron: error: ") and "\n" not in error, error
+    assert message in error and error.endswith(f"(see `{prog} --help`)"), error
+    assert captured.out == ""
