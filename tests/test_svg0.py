@@ -419,6 +419,50 @@ def test_recurrent_svg0_trains_through_the_driver(tmp_path):
     assert summary["steps"] == 256 and -2000 < summary["final_eval_return"] <= 0
 
 
+def test_svg0_seeds_and_exact_resume(tmp_path, monkeypatch):
+    """Two seeds in one program, killed after a checkpoint and resumed: the same parameters
+    as the uninterrupted run (prior and its optimiser included)."""
+    from heron.training import RunConfig, build, checkpoints, resume, train
+
+    config = SVG0Config(
+        prior=True,
+        mini_batch_size=8,
+        min_replay_size=32,
+        hidden_sizes=(16, 16),
+        num_action_samples=2,
+        sequence_length=4,
+    )
+    run = RunConfig(
+        env="gymnax:Pendulum-v1",
+        steps=256,
+        num_envs=4,
+        seeds=2,
+        n_evals=2,
+        eval_temperatures=(0.0,),
+        eval_every_n=16,
+        save_every_n=16,
+        done_frac_for_policy_save=0.0,
+    )
+    straight = train(build("svg0", config, run), str(tmp_path / "a"))
+    assert len(straight["per_seed"]) == 2
+    assert straight["per_seed"][0]["params_digest"] != straight["per_seed"][1]["params_digest"]
+    original = checkpoints.Checkpointer.save
+
+    class Killed(Exception):
+        pass
+
+    def save_then_die(self, step, state):
+        original(self, step, state)
+        if step == 32:
+            raise Killed
+
+    monkeypatch.setattr(checkpoints.Checkpointer, "save", save_then_die)
+    with pytest.raises(Killed):
+        train(build("svg0", config, run), str(tmp_path / "b"))
+    monkeypatch.setattr(checkpoints.Checkpointer, "save", original)
+    assert resume(str(tmp_path / "b"))["params_digest"] == straight["params_digest"]
+
+
 def test_svg0_with_prior_from_the_cli(tmp_path, capsys):
     from heron.cli import main
 
@@ -426,7 +470,7 @@ def test_svg0_with_prior_from_the_cli(tmp_path, capsys):
     argv = [
         "train", "svg0", "--env", "gymnax:Pendulum-v1", "--steps", "256", "--num-envs", "4",
         "--n-evals", "2", "--eval-temperatures", "0", "--run-dir", str(run_dir),
-        "--svg0.prior", "True", "--svg0.hidden-sizes", "16", "16", "--svg0.min-replay-size", "32",
+        "--svg0.prior", "--svg0.hidden-sizes", "16", "16", "--svg0.min-replay-size", "32",
         "--svg0.mini-batch-size", "8", "--svg0.sequence-length", "4",
         "--svg0.retrace-lambda", "0.9", "--svg0.exploration-noise", "0.2",
     ]  # fmt: skip
