@@ -541,3 +541,19 @@ def test_svg0_learns_pendulum(prior, tmp_path):
     config = SVG0Config(prior=prior, **LEARNING_CONFIG)
     summary = train(build("svg0", config, RunConfig(**LEARNING_RUN)), str(tmp_path / "run"))
     assert summary["best_eval_return"] >= -400, _greedy_evals(tmp_path / "run")
+
+
+def test_svg0_on_a_gymnasium_env(tmp_path):
+    """Host-stepped Gymnasium Pendulum: behaviour log-probs recorded, updates run."""
+    from heron.training import RunConfig, build, train
+
+    config = SVG0Config(
+        mini_batch_size=8, min_replay_size=32, hidden_sizes=(16, 16), num_action_samples=2,
+        sequence_length=4,
+    )  # fmt: skip
+    run = RunConfig(env="gym:Pendulum-v1", steps=128, num_envs=4, n_evals=1, eval_every_n=16)
+    summary = train(build("svg0", config, run), str(tmp_path / "run"))
+    lines = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+    trained = [line for line in lines if line["kind"] == "train" and line["train/updates"] > 0]
+    assert trained and all(np.isfinite(line["loss/critic"]) for line in trained)
+    assert summary["steps"] == 128 and -2000 < summary["final_eval_return"] <= 0
