@@ -9,6 +9,7 @@ from test_crr import BOX, SMALL, _sequences, _small_crr_run
 
 from heron import agents
 from heron.agents import CRRConfig, crr
+from heron.networks import actor_critic
 from heron.types import StepType, TimeStep
 
 RECURRENT = dict(SMALL, core="gru", core_size=8)
@@ -115,7 +116,11 @@ def test_acting_carries_the_states_of_the_action_taken():
         expected_critic, _ = crr.RecurrentCritic(
             BOX.action, config.hidden_sizes, config.core, config.core_size, config.num_atoms
         ).apply(
-            state.critic_params, carry[1], observation, crr._from_env(BOX.action, action), first
+            state.critic_params,
+            carry[1],
+            observation,
+            actor_critic.from_box(BOX.action, action),
+            first,
         )
         np.testing.assert_allclose(critic_state, expected_critic, atol=1e-5)
         expected_policy, _ = crr.RecurrentPolicy(

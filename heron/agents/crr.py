@@ -24,7 +24,8 @@ from heron import ops, parallel
 from heron.agents import boltzmann
 from heron.agents.base import Agent, check, check_scheduled, replay_schedule
 from heron.networks import actor_critic
-from heron.networks.recurrent_actor_critic import CORES, RecurrentCritic, RecurrentPolicy
+from heron.networks.recurrent import CORES
+from heron.networks.recurrent_actor_critic import RecurrentCritic, RecurrentPolicy
 from heron.schedules import as_schedule
 from heron.specs import EnvSpec
 from heron.types import Experience, StepType, TimeStep
@@ -231,7 +232,7 @@ def make_crr(spec: EnvSpec, config: CRRConfig) -> Agent:
         boltzmann_acting = mode == "rollout" and config.acting == "boltzmann"
         temperature = 1.0 if mode == "rollout" else temperature
         action, carry = networks.step(state, timestep, carry, key, temperature, boltzmann_acting)
-        return _to_env(action_spec, action), carry, {}
+        return actor_critic.to_box(action_spec, action), carry, {}
 
     def sample_sequences(dist_params, key, count):
         """count policy samples at each step of sequences [T, M]: [count, T, M, (d)], each
@@ -271,7 +272,7 @@ def make_crr(spec: EnvSpec, config: CRRConfig) -> Agent:
 
     def critic_loss(critic_params, batch, initial, target_probs, gamma):
         """Categorical TD over the transitions t -> t+1 of sequences [L, M]."""
-        taken = _from_env(action_spec, batch.action[:-1])[None]
+        taken = actor_critic.from_box(action_spec, batch.action[:-1])[None]
         logits = networks.critic_view(critic_params, batch, 0, initial)(taken)[0]
         losses = jax.vmap(ops.categorical_td_loss, in_axes=(None, 0, 0, 0, 0))(
             atoms,
@@ -285,7 +286,7 @@ def make_crr(spec: EnvSpec, config: CRRConfig) -> Agent:
 
     def policy_loss(policy_params, state: CRRState, batch, initial, key):
         """-log pi(a|s) x f(A) over the transitions' first steps."""
-        action = _from_env(action_spec, batch.action[:-1])
+        action = actor_critic.from_box(action_spec, batch.action[:-1])
         evaluate = networks.critic_view(state.critic_params, batch, 0, initial)
         q = q_mean(evaluate(action[None])[0])
         samples = sample_sequences(
@@ -339,10 +340,10 @@ def make_crr(spec: EnvSpec, config: CRRConfig) -> Agent:
         critic_params = optax.apply_updates(state.critic_params, critic_updates)
         policy_params = optax.apply_updates(state.policy_params, policy_updates)
         step = state.update_step + 1
-        copy = step % config.target_update_period == 0
-        target = lambda online, old: jax.tree.map(  # noqa: E731
-            lambda o, t: jnp.where(copy, o, t), online, old
-        )
+
+        def target(online, old):  # hard copies every target_update_period updates
+            return optax.periodic_update(online, old, step, config.target_update_period)
+
         new_state = CRRState(
             policy_params,
             critic_params,
@@ -378,30 +379,6 @@ def make_crr(spec: EnvSpec, config: CRRConfig) -> Agent:
     )
 
 
-def _bounds(action_spec):
-    return (
-        None
-        if action_spec.is_discrete
-        else tuple(jnp.asarray(b, jnp.float32) for b in action_spec.bounds)
-    )
-
-
-def _to_env(action_spec, action):
-    """[-1, 1] -> the Box (discrete actions pass through)."""
-    if action_spec.is_discrete:
-        return action
-    low, high = _bounds(action_spec)
-    return low + (action + 1.0) * 0.5 * (high - low)
-
-
-def _from_env(action_spec, action):
-    """The Box -> [-1, 1] (discrete actions pass through)."""
-    if action_spec.is_discrete:
-        return action
-    low, high = _bounds(action_spec)
-    return 2.0 * (action - low) / (high - low) - 1.0
-
-
 def _window(batch, start: int) -> slice:
     """The L - 1 steps of sequences [L, M] from ``start``: the transitions' first steps (0)
     or their next steps (1)."""
@@ -409,8 +386,7 @@ def _window(batch, start: int) -> slice:
 
 
 def _flatten(spec: EnvSpec, observation):
-    batch = observation.shape[: observation.ndim - len(spec.observation_shape)]
-    return observation.reshape(batch + (-1,)).astype(jnp.float32)
+    return actor_critic.flat_observation(spec.observation_shape, observation)
 
 
 def _example_inputs(spec: EnvSpec):
@@ -526,7 +502,7 @@ def _recurrent(spec: EnvSpec, config: CRRConfig, atoms) -> _Networks:
         window = _window(batch, start)
         return (
             _flatten(spec, batch.observation[window]),
-            _from_env(action_spec, batch.action[window]),
+            actor_critic.from_box(action_spec, batch.action[window]),
             batch.step_type[window] == StepType.FIRST,
         )
 

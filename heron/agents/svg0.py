@@ -52,12 +52,14 @@ import optax
 from heron import ops, parallel
 from heron.agents.base import Agent, ConfigError, check, check_scheduled, replay_schedule
 from heron.networks import actor_critic, recurrent_actor_critic
+from heron.networks.recurrent import CORES as RECURRENT_CORES
+from heron.networks.recurrent import zero_core_state
 from heron.schedules import as_schedule
 from heron.specs import EnvSpec
 from heron.types import Experience, StepType, TimeStep
 
 MIN_RHO = 1e-20  # added to importance weights before the log (Acme's _MIN_LOG_VAL)
-CORES = ("none", *recurrent_actor_critic.CORES)
+CORES = ("none", *RECURRENT_CORES)
 
 
 class MissingExtrasError(ValueError):
@@ -345,9 +347,7 @@ def _recurrent(spec: EnvSpec, config: SVG0Config, observation_size: int) -> _Net
     first = jnp.ones((1,), bool)
 
     def initial_state(batch_shape):
-        if isinstance(batch_shape, int):
-            batch_shape = (batch_shape,)
-        return recurrent_actor_critic.zero_state(config.core, batch_shape, config.core_size)
+        return zero_core_state(config.core, batch_shape, config.core_size)
 
     def policy_unroll(params, observation, first, start):
         def one_step(state, inputs):
@@ -439,18 +439,16 @@ def _build(spec: EnvSpec, config: SVG0Config) -> tuple[Agent, Callable]:
     optimizers = {
         name: optax.chain(*clip, optax.adam(rate)) for name, rate in learning_rates.items()
     }
-    low, high = (jnp.asarray(b, jnp.float32) for b in action_spec.bounds)
     num_samples = config.num_action_samples
 
     def flatten(observation):
-        batch = observation.shape[: observation.ndim - len(spec.observation_shape)]
-        return observation.reshape(batch + (-1,)).astype(jnp.float32)
+        return actor_critic.flat_observation(spec.observation_shape, observation)
 
     def to_env(action):  # [-1, 1] -> the Box
-        return low + (action + 1.0) * 0.5 * (high - low)
+        return actor_critic.to_box(action_spec, action)
 
     def from_env(action):  # the Box -> [-1, 1]
-        return 2.0 * (action - low) / (high - low) - 1.0
+        return actor_critic.from_box(action_spec, action)
 
     def init(key) -> SVG0State:
         policy_key, critic_key, prior_key = jax.random.split(key, 3)
@@ -678,10 +676,9 @@ def _build(spec: EnvSpec, config: SVG0Config) -> tuple[Agent, Callable]:
         else:
             prior_params, prior_opt_state = (), ()
         step = state.update_step + 1
-        copy = step % config.target_update_period == 0
 
-        def target(online, old):
-            return jax.tree.map(lambda o, t: jnp.where(copy, o, t), online, old)
+        def target(online, old):  # hard copies every target_update_period updates
+            return optax.periodic_update(online, old, step, config.target_update_period)
 
         new_state = SVG0State(
             policy_params,

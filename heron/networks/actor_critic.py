@@ -72,6 +72,28 @@ class DistributionalCritic(nn.Module):
         return nn.Dense(self.num_atoms, kernel_init=nn.initializers.zeros)(features)
 
 
+def to_box(spec: ActionSpec, action):
+    """A squashed action in [-1, 1]^d -> the environment's Box (discrete actions pass)."""
+    if spec.is_discrete:
+        return action
+    low, high = (jnp.asarray(b, jnp.float32) for b in spec.bounds)
+    return low + (action + 1.0) * 0.5 * (high - low)
+
+
+def from_box(spec: ActionSpec, action):
+    """An action in the environment's Box -> [-1, 1]^d (discrete actions pass)."""
+    if spec.is_discrete:
+        return action
+    low, high = (jnp.asarray(b, jnp.float32) for b in spec.bounds)
+    return 2.0 * (action - low) / (high - low) - 1.0
+
+
+def flat_observation(observation_shape, observation):
+    """Observations [..., *observation_shape] -> float32 [..., prod(observation_shape)]."""
+    batch = observation.shape[: observation.ndim - len(observation_shape)]
+    return observation.reshape(batch + (-1,)).astype(jnp.float32)
+
+
 def policy_distribution(spec: ActionSpec, dist_params, temperature=1.0):
     """Categorical over logits / T, or a tanh-squashed Gaussian with std x T."""
     if spec.is_discrete:

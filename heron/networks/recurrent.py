@@ -16,15 +16,16 @@ from heron.specs import ActionSpec
 CORES = ("lstm", "gru")
 
 
-def zero_core_state(core: str, batch_size: int, size: int):
-    """The initial state of one core: (c, h) for an LSTM, h for a GRU; [batch, size] each."""
-    zeros = jnp.zeros((batch_size, size), jnp.float32)
+def zero_core_state(core: str, batch_shape: int | tuple[int, ...], size: int):
+    """The initial state of one core: (c, h) for an LSTM, h for a GRU; [*batch, size] each."""
+    batch_shape = (batch_shape,) if isinstance(batch_shape, int) else tuple(batch_shape)
+    zeros = jnp.zeros(batch_shape + (size,), jnp.float32)
     return (zeros, zeros) if core == "lstm" else zeros
 
 
 def reset_where(first, state, initial):
-    """``initial`` where ``first`` [B] is true, ``state`` elsewhere."""
-    return jax.tree.map(lambda s, i: jnp.where(first[:, None], i, s), state, initial)
+    """``initial`` where ``first`` [...] is true, ``state`` [..., size] elsewhere."""
+    return jax.tree.map(lambda s, i: jnp.where(first[..., None], i, s), state, initial)
 
 
 class _Tower(nn.Module):

@@ -12,24 +12,11 @@ from collections.abc import Sequence
 from typing import Literal
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 
 from heron.networks.actor_critic import _LOG_STD_RANGE, LayerNormMLP, state_action
+from heron.networks.recurrent import reset_where, zero_core_state
 from heron.specs import ActionSpec
-
-CORES = ("lstm", "gru")
-
-
-def zero_state(core: str, batch_shape: tuple[int, ...], size: int):
-    """A core's initial state: (c, h) for an LSTM, h for a GRU; [*batch_shape, size] each."""
-    zeros = jnp.zeros(tuple(batch_shape) + (size,), jnp.float32)
-    return (zeros, zeros) if core == "lstm" else zeros
-
-
-def reset_where(first, state):
-    """Zeros where ``first`` [...] is true; ``state`` [..., size] elsewhere."""
-    return jax.tree.map(lambda s: jnp.where(first[..., None], 0.0, s), state)
 
 
 class _Core(nn.Module):
@@ -41,7 +28,8 @@ class _Core(nn.Module):
     def __call__(self, state, inputs, first):
         features = LayerNormMLP(self.hidden_sizes)(inputs)
         cell = nn.OptimizedLSTMCell if self.core == "lstm" else nn.GRUCell
-        return cell(self.core_size)(reset_where(first, state), features)
+        zeros = zero_core_state(self.core, first.shape, self.core_size)
+        return cell(self.core_size)(reset_where(first, state, zeros), features)
 
 
 class RecurrentPolicy(nn.Module):
@@ -54,7 +42,7 @@ class RecurrentPolicy(nn.Module):
     core_size: int = 128
 
     def initial_state(self, batch_shape):
-        return zero_state(self.core, batch_shape, self.core_size)
+        return zero_core_state(self.core, batch_shape, self.core_size)
 
     @nn.compact
     def __call__(self, state, observation, first):
@@ -83,7 +71,7 @@ class RecurrentCritic(nn.Module):
     num_atoms: int | None = None
 
     def initial_state(self, batch_shape):
-        return zero_state(self.core, batch_shape, self.core_size)
+        return zero_core_state(self.core, batch_shape, self.core_size)
 
     @nn.compact
     def __call__(self, state, observation, action, first):
