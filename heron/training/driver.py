@@ -33,7 +33,7 @@ from heron.replay import make_replay
 from heron.training import checkpoints
 from heron.training.config import RunConfig
 from heron.training.logging import RunLogger
-from heron.training.loop import Program, TrainState, make_program
+from heron.training.loop import Program, TrainState, data_parallel, make_program
 
 
 class TrainingError(RuntimeError):
@@ -160,6 +160,7 @@ def build(algo: str, agent_config, run: RunConfig) -> Setup:
     )
     agent = _resolve_replay_ratio(agents.make(algo, pipeline.spec, agent_config), run.num_envs)
     _check_schedule(agent, run.num_envs)
+    agent = data_parallel(agent, jax.devices())  # several devices: the learner is split
     replay = _make_replay(agent.schedule, run.num_envs)
     steps_per_iteration = agent.schedule.unroll_length * run.num_envs
     iterations = max(1, math.ceil(run.steps / steps_per_iteration))
@@ -180,7 +181,7 @@ def _build_offline(algo: str, agent_config, run: RunConfig) -> Setup:
     pipeline = ObservationPipeline(
         eval_env.spec, run.normalize_observations, run.len_history_for_policy, run.reward_scale
     )
-    agent = agents.make(algo, pipeline.spec, agent_config)
+    agent = data_parallel(agents.make(algo, pipeline.spec, agent_config), jax.devices())
     check_offline_run(agent, run)
     data = load_offline_data(read_dataset(run.dataset), agent, pipeline, run.env)
     iterations = max(1, math.ceil(run.steps / run.updates_per_iteration))

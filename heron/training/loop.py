@@ -508,7 +508,6 @@ def data_parallel(agent: Agent, devices) -> Agent:
 def make_program(
     agent: Agent, env, eval_env, replay, temperatures, pipeline: ObservationPipeline
 ) -> Program:
-    """The run's compiled program; with several devices the learner is data-parallel."""
-    agent = data_parallel(agent, jax.devices())
+    """The run's compiled program (``agent`` already ``data_parallel`` where wanted)."""
     make = make_jax_program if env.is_jax else make_host_program
     return make(agent, env, eval_env, replay, tuple(float(t) for t in temperatures), pipeline)
