@@ -1,5 +1,9 @@
 """heron: reinforcement learning on JAX: one driver for on- and off-policy agents.
 
+    import heron
+    setup = heron.build("ppo", run=heron.RunConfig(env="gymnax:CartPole-v1", steps=50_000))
+    summary = heron.train(setup, "runs/example")
+
 Submodules load on first use, so light commands (``heron plot``) do not import JAX.
 """
 
@@ -9,8 +13,11 @@ __version__ = "0.1.0"
 
 _SUBMODULES = (
     "agents",
+    "api",
+    "configs",
     "envs",
     "networks",
+    "offline",
     "ops",
     "replay",
     "schedules",
@@ -19,8 +26,9 @@ _SUBMODULES = (
     "types",
 )
 _TYPES = ("Experience", "StepType", "TimeStep")
+_API = ("build", "collect", "evaluate_run", "load_config", "load_run", "resume", "train")
 
-__all__ = [*_TYPES, *_SUBMODULES]
+__all__ = [*_TYPES, *_API, "RunConfig", *_SUBMODULES]
 
 
 def __getattr__(name):
@@ -28,4 +36,8 @@ def __getattr__(name):
         return importlib.import_module(f"heron.{name}")
     if name in _TYPES:
         return getattr(importlib.import_module("heron.types"), name)
+    if name in _API:
+        return getattr(importlib.import_module("heron.api"), name)
+    if name == "RunConfig":
+        return importlib.import_module("heron.training.config").RunConfig
     raise AttributeError(f"module 'heron' has no attribute {name!r}")

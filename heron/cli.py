@@ -96,19 +96,25 @@ def _train_args_class(algo: str):
     )
 
 
+def _option_names(config_type, prefix: str):
+    """(option, field type) of every field of ``config_type`` and its sub-configs, with
+    hyphens and with underscores."""
+    for field in dataclasses.fields(config_type):
+        default = field.default_factory() if callable(field.default_factory) else field.default
+        if dataclasses.is_dataclass(default):
+            yield from _option_names(type(default), f"{prefix}{field.name}.")
+            continue
+        for name in {field.name, field.name.replace("_", "-")}:
+            yield f"--{prefix}{name}", field.type
+
+
 def _bool_options(algo: str) -> set[str]:
-    """The train options that take a bool, as ``--name`` and ``--ALGO.name`` (with hyphens or
-    underscores)."""
+    """The train options that take a bool, as ``--name`` and ``--ALGO.name``."""
     from heron import agents
     from heron.training import RunConfig
 
-    def names(config_type, prefix: str):
-        for field in dataclasses.fields(config_type):
-            if field.type in (bool, "bool"):
-                yield f"--{prefix}{field.name}"
-                yield f"--{prefix}{field.name.replace('_', '-')}"
-
-    return {*names(RunConfig, ""), *names(agents.config_class(algo), f"{algo}.")}
+    options = [*_option_names(RunConfig, ""), *_option_names(agents.config_class(algo), f"{algo}.")]
+    return {option for option, kind in options if kind in (bool, "bool")}
 
 
 def _bare_flags_mean_true(argv: list[str], bool_options: set[str]) -> list[str]:
@@ -123,6 +129,21 @@ def _bare_flags_mean_true(argv: list[str], bool_options: set[str]) -> list[str]:
     return expanded
 
 
+def _refuse_renamed(algo: str, argv: list[str]) -> None:
+    """Options renamed since (Trax's PPO names) are refused with the name that replaced them,
+    never reinterpreted."""
+    from heron import agents
+
+    renamed = getattr(agents.config_class(algo), "renamed_fields", {})
+    for token in argv:
+        name = token.split("=", 1)[0]
+        if not name.startswith(f"--{algo}."):
+            continue
+        field = name[len(algo) + 3 :].replace("-", "_")
+        if field in renamed:
+            raise UsageError(f"{name} is no longer an option: use --{algo}.{renamed[field]}")
+
+
 def _parse_train(argv: list[str]):
     from heron.training import RunConfig
 
@@ -133,6 +154,7 @@ def _parse_train(argv: list[str]):
         raise UsageError("heron train needs an algorithm, e.g. `heron train ppo`")
     algo, rest = argv[0], argv[1:]
     args_class = _train_args_class(algo)
+    _refuse_renamed(algo, rest)
     rest = _bare_flags_mean_true(rest, _bool_options(algo))
     args = _cli(args_class, rest, f"heron train {algo}", config=(tyro.conf.FlagConversionOff,))
     from heron import agents
@@ -157,16 +179,14 @@ def cmd_train(argv: list[str]) -> dict:
         if args.steps is not None and args.steps <= 0:
             raise UsageError(f"--steps must be > 0, got {args.steps}")
         configure_compile_cache()
-        from heron.training import resume
+        from heron import api
 
-        return resume(args.resume, args.steps)
+        return api.resume(args.resume, args.steps)
     algo, agent_config, run = _parse_train(argv)
     configure_compile_cache()
-    from heron.training import build, driver, train
+    from heron import api
 
-    setup = build(algo, agent_config, run)
-    run_dir = run.run_dir or driver.default_run_dir(algo, run.env)
-    return train(setup, run_dir)
+    return api.train(api.build(algo, agent_config, run))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,12 +205,12 @@ def cmd_eval(argv: list[str]) -> dict:
     args = _cli(EvalArgs, argv, "heron eval")
     if args.episodes <= 0:
         raise UsageError(f"--episodes must be > 0, got {args.episodes}")
-    if args.temperature < 0:
-        raise UsageError(f"--temperature must be >= 0, got {args.temperature}")
+    if not 0 <= args.temperature < float("inf"):
+        raise UsageError(f"--temperature must be finite and >= 0, got {args.temperature}")
     configure_compile_cache()
-    from heron.training.evaluate_run import evaluate_run
+    from heron import api
 
-    return evaluate_run(args.run_dir, args.episodes, args.temperature)
+    return api.evaluate_run(args.run_dir, args.episodes, args.temperature)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,9 +255,11 @@ def cmd_collect(argv: list[str]) -> dict:
     if args.episodes <= 0:
         raise UsageError(f"--episodes must be > 0, got {args.episodes}")
     configure_compile_cache()
-    from heron.offline import collect
+    from heron import api
 
-    return collect(args.run_dir, args.episodes, args.out, args.temperature, args.epsilon, args.seed)
+    return api.collect(
+        args.run_dir, args.episodes, args.out, args.temperature, args.epsilon, args.seed
+    )
 
 
 COMMANDS = {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot, "collect": cmd_collect}

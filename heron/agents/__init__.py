@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from heron.agents.base import Agent, ConfigError, TrainSchedule
+from heron.agents.base import Agent, ConfigError, ReplayConfig
 from heron.agents.crr import CRRConfig, make_crr
 from heron.agents.ppo import PPOConfig, make_ppo
 from heron.agents.svg0 import SVG0Config, make_svg0
+from heron.networks import NetworkConfig
 
-# name -> (config class, factory(spec, config) -> Agent)
+# name -> (config class, factory(spec, config, devices) -> Agent)
 REGISTRY = {
     "ppo": (PPOConfig, make_ppo),
     "crr": (CRRConfig, make_crr),
@@ -27,22 +28,25 @@ def config_class(name: str):
     return REGISTRY[name][0]
 
 
-def make(name: str, spec, config=None) -> Agent:
+def make(name: str, spec, config=None, devices=None) -> Agent:
+    """The agent ``name`` for environments of ``spec``; its updates are split over
+    ``devices`` (default: every device JAX sees)."""
     config_type = config_class(name)
     config = config_type() if config is None else config
     if not isinstance(config, config_type):
         raise TypeError(f"{name} needs a {config_type.__name__}, got {type(config).__name__}")
-    return REGISTRY[name][1](spec, config)
+    return REGISTRY[name][1](spec, config, devices)
 
 
 __all__ = [
     "Agent",
     "CRRConfig",
     "ConfigError",
+    "NetworkConfig",
     "PPOConfig",
     "REGISTRY",
+    "ReplayConfig",
     "SVG0Config",
-    "TrainSchedule",
     "UnknownAgentError",
     "config_class",
     "make",

@@ -6,8 +6,13 @@ distributions averaged in log space), and a policy trained by weighted behaviour
 loss = -log pi(a|s) x f(A), A = E[Q(s, a)] - V(s), V reduced (mean / max / min) over
 ``num_action_samples_policy`` policy samples, f one of exp (min(exp(A / beta), bound)),
 binary (1[A > 0]) or all (1, behaviour cloning). Hard target copies every
-``target_update_period`` updates. Trained off-policy from the ``uniform`` replay on
-sequences of ``mini_batch_length`` steps (``mini_batch_length - 1`` transitions each).
+``target_update_period`` updates. Trained off-policy on sequences of ``sequence_length``
+steps (``sequence_length - 1`` transitions each).
+
+With a recurrent core, policy and critic unroll over each sequence from its start state
+(zeros, or the states recorded when acting under ``use_rollout_state``); as in Acme the
+target networks skip observation 0, and they start from the state recorded before step 1.
+The critic's state advances on the actions taken.
 """
 
 from __future__ import annotations
@@ -21,14 +26,22 @@ import jax.numpy as jnp
 import optax
 
 from heron import ops, parallel
-from heron.agents import boltzmann
-from heron.agents.base import Agent, check, check_scheduled, replay_schedule
-from heron.networks import actor_critic
-from heron.networks.recurrent import CORES
-from heron.networks.recurrent_actor_critic import RecurrentCritic, RecurrentPolicy
+from heron.agents import boltzmann, learning
+from heron.agents.actions import action_size, encode_action, from_box, tile, to_box
+from heron.agents.base import ROLLOUT_STATE, Agent, ReplayConfig, check_config, extra
+from heron.agents.ppo import check_recurrence, warn_zero_start
+from heron.configs import check, choice, integer, number, scheduled
+from heron.networks import (
+    DenseHead,
+    NetworkConfig,
+    PolicyHead,
+    distributions,
+    flat_observation,
+    make_network,
+)
 from heron.schedules import as_schedule
 from heron.specs import EnvSpec
-from heron.types import Experience, StepType, TimeStep
+from heron.types import StepType, TimeStep
 
 
 def exp_coefficient(advantage, beta, ratio_upper_bound):
@@ -49,117 +62,71 @@ POLICY_IMPROVEMENT = {"exp": exp_coefficient, "binary": binary_coefficient, "all
 BASELINE_REDUCE = {"mean": jnp.mean, "max": jnp.max, "min": jnp.min}
 
 
+def acme_network(core_size: int = 128) -> NetworkConfig:
+    """Acme's LayerNormMLP (256, 256) torso; an optional core of ``core_size`` units."""
+    return NetworkConfig(
+        hidden_sizes=(256, 256), activation="elu", torso="layer_norm_mlp", core_size=core_size
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class CRRConfig:
     """CRR hyperparameters (Acme's defaults where Acme has one)."""
 
-    learning_rate: float | str = 3e-4
+    learning_rate: float | str = scheduled(3e-4, 0.0, low_open=True)
     """Adam step size of the policy and the critic."""
-    discount: float | str = 0.99
+    discount: float | str = scheduled(0.99, 0.0, 1.0)
     """Reward discount factor, in [0, 1]."""
-    num_atoms: int = 51
+    num_atoms: int = integer(51, 2)
     """Atoms of the categorical critic, >= 2."""
-    vmin: float = -150.0
+    vmin: float = number(-150.0)
     """Smallest atom (value support lower end)."""
-    vmax: float = 150.0
+    vmax: float = number(150.0)
     """Largest atom; > vmin."""
-    policy_improvement_mode: Literal["exp", "binary", "all"] = "exp"
+    policy_improvement_mode: Literal["exp", "binary", "all"] = choice(
+        "exp", tuple(POLICY_IMPROVEMENT)
+    )
     """exp: min(exp(A / beta), bound); binary: 1[A > 0]; all: 1 (behaviour cloning)."""
-    baseline_reduce: Literal["mean", "max", "min"] = "mean"
+    baseline_reduce: Literal["mean", "max", "min"] = choice("mean", tuple(BASELINE_REDUCE))
     """How V(s) is reduced over the policy's sampled actions."""
-    beta: float = 1.0
+    beta: float = number(1.0, 0.0, low_open=True)
     """Temperature of the exp coefficient, > 0."""
-    ratio_upper_bound: float = 20.0
+    ratio_upper_bound: float = number(20.0, 0.0, low_open=True)
     """Upper bound of the exp coefficient, > 0."""
-    num_action_samples_policy: int = 4
+    num_action_samples_policy: int = integer(4, 1)
     """Policy samples for the baseline V(s)."""
-    num_action_samples_td: int = 4
+    num_action_samples_td: int = integer(4, 1)
     """Target-policy samples whose distributions are averaged into the TD target."""
-    target_update_period: int = 100
+    target_update_period: int = integer(100, 1)
     """Updates between hard copies into the target networks."""
-    max_grad_norm: float = 40.0
+    max_grad_norm: float = number(40.0, 0.0, low_open=True)
     """Global-norm gradient clipping; inf disables it."""
-    hidden_sizes: tuple[int, ...] = (256, 256)
-    """Hidden layer sizes of the policy and of the critic."""
-    core: Literal["none", "lstm", "gru"] = "none"
-    """Recurrent core of the policy and of the critic; its state resets where episodes start."""
-    core_size: int = 128
-    """Units of each recurrent core."""
+    network: NetworkConfig = dataclasses.field(default_factory=acme_network)
+    """Torso and core of the policy and of the critic."""
     use_rollout_state: bool = False
     """Start each training sequence from the core states recorded when acting (ALF)."""
-    acting: Literal["policy", "boltzmann"] = "policy"
+    acting: Literal["policy", "boltzmann"] = choice("policy", ("policy", "boltzmann"))
     """Sample actions from the policy, or resample policy samples by softmax(Q / beta)."""
-    boltzmann_samples: int = 16
+    boltzmann_samples: int = integer(16, 1)
     """Candidate actions for Boltzmann acting."""
-    boltzmann_beta: float = 1.0
+    boltzmann_beta: float = number(1.0, 0.0, low_open=True)
     """Temperature of Boltzmann acting, > 0."""
-    unroll_length: int = 1
+    unroll_length: int = integer(1, 1)
     """Environment steps collected per environment per iteration."""
-    replay_ratio: float = 0.25
-    """Optimiser updates per collected environment step."""
-    mini_batch_size: int = 256
+    batch_size: int = integer(256, 1)
     """Sequences per update."""
-    mini_batch_length: int = 2
+    sequence_length: int = integer(2, 2)
     """Steps per sequence (>= 2: a transition needs its next step)."""
-    replay_capacity: int = 100_000
-    """Steps kept per environment in the uniform replay."""
-    min_replay_size: int = 2_000
-    """Transitions stored before the first update."""
+    replay: ReplayConfig = dataclasses.field(default_factory=ReplayConfig)
+    """The uniform replay: capacity, warm-up and replay ratio."""
 
     def __post_init__(self):
-        check_scheduled("crr.learning_rate", self.learning_rate, 0.0, math.inf, False)
-        check_scheduled("crr.discount", self.discount, 0.0, 1.0)
-        check(self.num_atoms >= 2, f"crr.num_atoms must be >= 2, got {self.num_atoms}")
+        check_config(self, "crr")
         check(
             self.vmin < self.vmax,
             f"crr.vmin must be < crr.vmax, got vmin={self.vmin}, vmax={self.vmax}",
         )
-        check(
-            self.policy_improvement_mode in POLICY_IMPROVEMENT,
-            f"crr.policy_improvement_mode must be one of {', '.join(POLICY_IMPROVEMENT)}, "
-            f"got {self.policy_improvement_mode!r}",
-        )
-        check(
-            self.baseline_reduce in BASELINE_REDUCE,
-            f"crr.baseline_reduce must be one of {', '.join(BASELINE_REDUCE)}, "
-            f"got {self.baseline_reduce!r}",
-        )
-        check(
-            self.core in ("none", *CORES),
-            f"crr.core must be one of none, {', '.join(CORES)}, got {self.core!r}",
-        )
-        check(self.core_size >= 1, f"crr.core_size must be >= 1, got {self.core_size}")
-        check(
-            self.acting in ("policy", "boltzmann"),
-            f"crr.acting must be one of policy, boltzmann, got {self.acting!r}",
-        )
-        for name in (
-            "beta",
-            "ratio_upper_bound",
-            "boltzmann_beta",
-            "max_grad_norm",
-            "replay_ratio",
-        ):
-            check(getattr(self, name) > 0, f"crr.{name} must be > 0, got {getattr(self, name)}")
-        for name in (
-            "num_action_samples_policy",
-            "num_action_samples_td",
-            "target_update_period",
-            "boltzmann_samples",
-            "unroll_length",
-            "mini_batch_size",
-            "replay_capacity",
-        ):
-            check(getattr(self, name) >= 1, f"crr.{name} must be >= 1, got {getattr(self, name)}")
-        check(
-            self.mini_batch_length >= 2,
-            f"crr.mini_batch_length must be >= 2 (a transition and its next step), "
-            f"got {self.mini_batch_length}",
-        )
-        check(
-            self.min_replay_size >= 0,
-            f"crr.min_replay_size must be >= 0, got {self.min_replay_size}",
-        )
+        check_recurrence(self, "crr")
 
 
 class CRRState(NamedTuple):
@@ -172,32 +139,8 @@ class CRRState(NamedTuple):
     update_step: jax.Array  # int32
 
 
-class _Networks(NamedTuple):
-    """How CRR runs its policy and critic, feed-forward or recurrent (chosen once).
-
-    init: key -> (policy params, critic params).
-    initial_carry: batch_size -> the acting carry (core states; () when feed-forward).
-    step: (state, timestep [B], carry, key, temperature, boltzmann) -> (action, carry), acting.
-    policy_view: (params, batch [L, M], start, initial) -> the policy's distribution parameters
-      at the L - 1 steps from ``start`` (0: the transitions' first steps, 1: their next steps).
-    critic_view: (params, batch, start, initial) -> evaluate(actions [N, L-1, M, ...]) ->
-      logits [N, L-1, M, atoms] at those steps. Recurrent cores start from ``initial`` (the
-      rollout states of step 0, or zeros) and see the steps from ``start`` on, so the target
-      networks skip observation 0 (as in Acme).
-    """
-
-    init: Any
-    initial_carry: Any
-    step: Any
-    policy_view: Any
-    critic_view: Any
-
-
-def _tile(count: int, tree):
-    return jax.tree.map(lambda x: jnp.broadcast_to(x, (count,) + x.shape), tree)
-
-
-def make_crr(spec: EnvSpec, config: CRRConfig) -> Agent:
+def make_crr(spec: EnvSpec, config: CRRConfig, devices=None) -> Agent:
+    warn_zero_start(config, "crr")
     action_spec = spec.action
     atoms = jnp.linspace(config.vmin, config.vmax, config.num_atoms)
     learning_rate = as_schedule(config.learning_rate)
@@ -211,11 +154,31 @@ def make_crr(spec: EnvSpec, config: CRRConfig) -> Agent:
     )
     policy_optimizer = optax.chain(*clip, optax.adam(learning_rate))
     critic_optimizer = optax.chain(*clip, optax.adam(learning_rate))
-    recurrent = config.core != "none"
-    networks = (_recurrent if recurrent else _feed_forward)(spec, config, atoms)
+    observation_size = math.prod(spec.observation_shape)
+    policy = make_network(config.network, PolicyHead(action_spec, std="state"), observation_size)
+    critic = make_network(
+        config.network,
+        DenseHead((config.num_atoms,), 0.0),
+        observation_size + action_size(action_spec),
+    )
+    recurrent = config.network.recurrent
+
+    def flat(observation):
+        return flat_observation(spec.observation_shape, observation)
+
+    def critic_input(observation, action):
+        """Flat observations and actions in [-1, 1] (or indices) side by side."""
+        return jnp.concatenate([observation, encode_action(action_spec, action)], axis=-1)
+
+    def dist_of(head_output):
+        return distributions.make(action_spec, head_output, squash=True)
+
+    def q_mean(logits):
+        return jnp.sum(jax.nn.softmax(logits) * atoms, axis=-1)
 
     def init(key) -> CRRState:
-        policy_params, critic_params = networks.init(key)
+        policy_key, critic_key = jax.random.split(key)
+        policy_params, critic_params = policy.init(policy_key), critic.init(critic_key)
         return CRRState(
             policy_params,
             critic_params,
@@ -226,108 +189,158 @@ def make_crr(spec: EnvSpec, config: CRRConfig) -> Agent:
             jnp.zeros((), jnp.int32),
         )
 
-    def act(state: CRRState, timestep: TimeStep, carry, key, mode="rollout", temperature=1.0):
-        if mode not in ("rollout", "predict"):
-            raise ValueError(f"act mode must be 'rollout' or 'predict', got {mode!r}")
-        boltzmann_acting = mode == "rollout" and config.acting == "boltzmann"
-        temperature = 1.0 if mode == "rollout" else temperature
-        action, carry = networks.step(state, timestep, carry, key, temperature, boltzmann_acting)
-        return actor_critic.to_box(action_spec, action), carry, {}
+    def initial_carry(batch_size: int):
+        shape = (batch_size,)
+        return {"policy": policy.initial_state(shape), "critic": critic.initial_state(shape)}
 
-    def sample_sequences(dist_params, key, count):
-        """count policy samples at each step of sequences [T, M]: [count, T, M, (d)], each
-        sequence drawing from its own key (the same draws however the M sequences are split
-        over devices)."""
-
-        def one_sequence(sequence_params, sequence_key):  # [T, ...] -> [count, T, ...]
-            keys = jax.random.split(sequence_key, count)
-            return jax.vmap(lambda k: actor_critic.sample(action_spec, sequence_params, k))(keys)
-
-        size = jax.tree.leaves(dist_params)[0].shape[1]
-        keys = parallel.example_keys(key, size)
-        return jax.vmap(one_sequence, in_axes=(1, 0), out_axes=2)(dist_params, keys)
-
-    def q_mean(logits):
-        return jnp.sum(jax.nn.softmax(logits) * atoms, axis=-1)
-
-    def transition_mask(batch):
-        """Transitions t -> t+1 of sequences [L, M]: none out of a LAST step (a reset)."""
-        return (batch.step_type[:-1] != StepType.LAST).astype(jnp.float32)
-
-    def td_target_probs(state: CRRState, batch, initial, key):
-        """The target distribution at each next step [L-1, M, atoms]: the target critic's
-        distributions of N target-policy actions, averaged in log space."""
-        next_actions = sample_sequences(
-            networks.policy_view(state.target_policy_params, batch, 1, initial),
-            key,
-            config.num_action_samples_td,
+    def boltzmann_choice(state: CRRState, observation, first, carry, dist, key):
+        """Acme's ExpQWeightedPolicy: ``boltzmann_samples`` policy samples scored by the
+        critic, one resampled per environment by softmax(Q / boltzmann_beta); a recurrent
+        critic continues from the state of the chosen sample."""
+        count = config.boltzmann_samples
+        sample_key, choice_key = jax.random.split(key)
+        candidates = jax.vmap(dist.sample)(jax.random.split(sample_key, count))  # [N, B, ...]
+        critic_states, logits = critic.step(
+            state.critic_params,
+            tile(count, carry["critic"]),
+            critic_input(tile(count, observation), candidates),
+            tile(count, first),
         )
-        target_logits = networks.critic_view(state.target_critic_params, batch, 1, initial)(
-            next_actions
-        )  # [N, L-1, M, atoms]
-        log_probs = jax.vmap(ops.average_log_probs, in_axes=1, out_axes=0)(
-            target_logits.reshape(target_logits.shape[0], -1, config.num_atoms)
+        action, chosen, _ = boltzmann.resample_with_states(
+            choice_key, candidates, q_mean(logits), config.boltzmann_beta, critic_states
         )
-        return jnp.exp(log_probs).reshape(target_logits.shape[1:])
+        return action, chosen
 
-    def critic_loss(critic_params, batch, initial, target_probs, gamma):
-        """Categorical TD over the transitions t -> t+1 of sequences [L, M]."""
-        taken = actor_critic.from_box(action_spec, batch.action[:-1])[None]
-        logits = networks.critic_view(critic_params, batch, 0, initial)(taken)[0]
-        losses = jax.vmap(ops.categorical_td_loss, in_axes=(None, 0, 0, 0, 0))(
-            atoms,
-            logits.reshape(-1, config.num_atoms),
-            batch.reward[1:].reshape(-1),
-            (gamma * batch.discount[1:]).reshape(-1),
-            target_probs.reshape(-1, config.num_atoms),
+    def step(state: CRRState, timestep: TimeStep, carry, key, temperature, resample: bool):
+        observation, first = flat(timestep.observation), timestep.is_first()
+        policy_state, head_output = policy.step(
+            state.policy_params, carry["policy"], observation, first
         )
-        loss = parallel.masked_mean(losses, transition_mask(batch).reshape(-1))
-        return loss, {"loss/critic": loss}
+        dist = dist_of(head_output)
+        if resample:
+            action, critic_state = boltzmann_choice(state, observation, first, carry, dist, key)
+        else:
+            action = dist.sample(key, temperature)
+            critic_state = carry["critic"]
+            if recurrent:  # the critic's memory follows the actions taken
+                critic_state = critic.step(
+                    state.critic_params, critic_state, critic_input(observation, action), first
+                )[0]
+        return to_box(action_spec, action), {"policy": policy_state, "critic": critic_state}
 
-    def policy_loss(policy_params, state: CRRState, batch, initial, key):
-        """-log pi(a|s) x f(A) over the transitions' first steps."""
-        action = actor_critic.from_box(action_spec, batch.action[:-1])
-        evaluate = networks.critic_view(state.critic_params, batch, 0, initial)
-        q = q_mean(evaluate(action[None])[0])
-        samples = sample_sequences(
-            networks.policy_view(state.policy_params, batch, 0, initial),
-            key,
-            config.num_action_samples_policy,
-        )
-        baseline = reduce_baseline(q_mean(evaluate(samples)), axis=0)
-        advantage = jax.lax.stop_gradient(q - baseline)
-        coefficient = improvement(advantage, config.beta, config.ratio_upper_bound)
-        dist_params = networks.policy_view(policy_params, batch, 0, initial)
-        log_prob = actor_critic.log_prob(action_spec, dist_params, action)
-        loss = -parallel.masked_mean(log_prob * coefficient, transition_mask(batch))
-        return loss, {
-            "loss/policy": loss,
-            "crr/advantage": jnp.mean(advantage),
-            "crr/coefficient": jnp.mean(coefficient),
-            "crr/q": jnp.mean(q),
-        }
+    def act(state: CRRState, timestep: TimeStep, carry, key):
+        action, new_carry = step(state, timestep, carry, key, 1.0, config.acting == "boltzmann")
+        extras = {ROLLOUT_STATE: carry} if config.use_rollout_state else {}
+        return action, new_carry, extras
 
-    def initial_states(batch):
-        """Where recurrent cores start each sequence: the recorded rollout states of step 0
-        under use_rollout_state, else zeros."""
+    def policy_fn(state: CRRState, timestep: TimeStep, carry, key, temperature):
+        return step(state, timestep, carry, key, temperature, False)
+
+    def samples(head_output, key, count: int):
+        """``count`` samples at each step of sequences [T, M]: [count, T, M, ...]; each
+        sequence draws from its own key, the same however the M sequences are split over
+        devices."""
+        keys = parallel.example_keys(key, jax.tree.leaves(head_output)[0].shape[1])
+
+        def one_sequence(sequence_output, sequence_key):  # [T, ...] -> [count, T, ...]
+            dist = dist_of(sequence_output)
+            return jax.vmap(dist.sample)(jax.random.split(sequence_key, count))
+
+        return jax.vmap(one_sequence, in_axes=(1, 0), out_axes=2)(head_output, keys)
+
+    def critic_states(params, start, observation, action, first):
+        """The critic's state before each step [T, M, ...] on the actions taken (() for a
+        feed-forward critic)."""
         if not recurrent:
             return ()
-        if config.use_rollout_state:
-            return jax.tree.map(lambda x: x[0], batch.state)
-        return networks.initial_carry(batch.step_type.shape[1])
+        return critic.unroll(params, start, critic_input(observation, action), first)[2]
 
-    def update(state: CRRState, batch: Experience, key):
+    def critic_at(params, states, observation, first, actions):
+        """Logits [N, T, M, atoms] of Q at N actions [N, T, M, ...] per step, each step
+        evaluated from its state before."""
+        count = jax.tree.leaves(actions)[0].shape[0]
+        return critic.step(
+            params,
+            tile(count, states),
+            critic_input(tile(count, observation), actions),
+            tile(count, first),
+        )[1]
+
+    def start_states(batch, t: int):
+        """Where the cores start when a window begins at step ``t``: the states recorded
+        before step t under use_rollout_state, else zeros."""
+        if config.use_rollout_state:
+            recorded = extra(batch, ROLLOUT_STATE, "crr", "use_rollout_state")
+            return jax.tree.map(lambda x: x[t], recorded)
+        return initial_carry(batch.step_type.shape[1])
+
+    def update(state: CRRState, batch, key):
         """One step of both optimisers on sequences [L, M]; hard target copies on schedule."""
         target_key, policy_key = jax.random.split(key)
+        observation = flat(batch.observation)
+        action = from_box(action_spec, batch.action)
+        first = batch.step_type == StepType.FIRST
+        mask = (batch.step_type[:-1] != StepType.LAST).astype(jnp.float32)  # no reset transitions
         gamma = discount(state.update_step)
-        initial = initial_states(batch)
-        target_probs = td_target_probs(state, batch, initial, target_key)
-        critic_grads, critic_metrics = jax.grad(critic_loss, has_aux=True)(
-            state.critic_params, batch, initial, target_probs, gamma
+
+        # Targets: the target networks see the next steps 1..L-1.
+        start = start_states(batch, 1)
+        next_head = policy.unroll(
+            state.target_policy_params, start["policy"], observation[1:], first[1:]
+        )[1]
+        next_actions = samples(next_head, target_key, config.num_action_samples_td)
+        next_states = critic_states(
+            state.target_critic_params, start["critic"], observation[1:], action[1:], first[1:]
         )
-        policy_grads, policy_metrics = jax.grad(policy_loss, has_aux=True)(
-            state.policy_params, state, batch, initial, policy_key
+        next_logits = critic_at(
+            state.target_critic_params, next_states, observation[1:], first[1:], next_actions
         )
+        log_probs = jax.vmap(ops.average_log_probs, in_axes=1)(
+            next_logits.reshape(next_logits.shape[0], -1, config.num_atoms)
+        )
+        target_probs = jnp.exp(log_probs)  # [(L-1) x M, atoms]
+
+        # The online networks see the transitions' first steps 0..L-2.
+        start = start_states(batch, 0)
+        now = (observation[:-1], first[:-1])
+        taken = critic_input(observation[:-1], action[:-1])
+
+        def critic_loss(critic_params):
+            logits = critic.unroll(critic_params, start["critic"], taken, first[:-1])[1]
+            losses = jax.vmap(ops.categorical_td_loss, in_axes=(None, 0, 0, 0, 0))(
+                atoms,
+                logits.reshape(-1, config.num_atoms),
+                batch.reward[1:].reshape(-1),
+                (gamma * batch.discount[1:]).reshape(-1),
+                target_probs,
+            )
+            loss = parallel.masked_mean(losses, mask.reshape(-1))
+            return loss, {"loss/critic": loss}
+
+        _, taken_logits, states = critic.unroll(
+            state.critic_params, start["critic"], taken, first[:-1]
+        )
+
+        def policy_loss(policy_params):
+            head = policy.unroll(policy_params, start["policy"], *now)[1]
+            q = q_mean(taken_logits)
+            candidates = samples(
+                jax.lax.stop_gradient(head), policy_key, config.num_action_samples_policy
+            )
+            q_candidates = q_mean(critic_at(state.critic_params, states, *now, candidates))
+            advantage = jax.lax.stop_gradient(q - reduce_baseline(q_candidates, axis=0))
+            coefficient = improvement(advantage, config.beta, config.ratio_upper_bound)
+            log_prob = dist_of(head).log_prob(action[:-1])
+            loss = -parallel.masked_mean(log_prob * coefficient, mask)
+            return loss, {
+                "loss/policy": loss,
+                "crr/advantage": jnp.mean(advantage),
+                "crr/coefficient": jnp.mean(coefficient),
+                "crr/q": jnp.mean(q),
+            }
+
+        critic_grads, critic_metrics = jax.grad(critic_loss, has_aux=True)(state.critic_params)
+        policy_grads, policy_metrics = jax.grad(policy_loss, has_aux=True)(state.policy_params)
         critic_grads, policy_grads, critic_metrics, policy_metrics = parallel.device_mean(
             (critic_grads, policy_grads, critic_metrics, policy_metrics)
         )
@@ -339,19 +352,19 @@ def make_crr(spec: EnvSpec, config: CRRConfig) -> Agent:
         )
         critic_params = optax.apply_updates(state.critic_params, critic_updates)
         policy_params = optax.apply_updates(state.policy_params, policy_updates)
-        step = state.update_step + 1
+        step_count = state.update_step + 1
 
         def target(online, old):  # hard copies every target_update_period updates
-            return optax.periodic_update(online, old, step, config.target_update_period)
+            return optax.periodic_update(online, old, step_count, config.target_update_period)
 
         new_state = CRRState(
-            policy_params,
-            critic_params,
-            target(policy_params, state.target_policy_params),
-            target(critic_params, state.target_critic_params),
-            policy_opt_state,
-            critic_opt_state,
-            step,
+            policy_params=policy_params,
+            critic_params=critic_params,
+            target_policy_params=target(policy_params, state.target_policy_params),
+            target_critic_params=target(critic_params, state.target_critic_params),
+            policy_opt_state=policy_opt_state,
+            critic_opt_state=critic_opt_state,
+            update_step=step_count,
         )
         metrics = {
             **critic_metrics,
@@ -363,172 +376,22 @@ def make_crr(spec: EnvSpec, config: CRRConfig) -> Agent:
             metrics["schedule/learning_rate"] = learning_rate(state.update_step)
         return new_state, metrics
 
+    update = learning.data_parallel(update, devices or jax.devices(), "crr", config.batch_size)
+
     return Agent(
         name="crr",
         config=config,
         spec=spec,
-        schedule=replay_schedule(
-            "crr", config, config.mini_batch_length, recurrent, config.use_rollout_state
-        ),
+        unroll_length=config.unroll_length,
         init=init,
-        initial_carry=networks.initial_carry,
+        initial_carry=initial_carry,
         act=act,
-        preprocess=lambda state, experience: experience,
+        policy=policy_fn,
+        make_replay=lambda num_envs, name=None, **sizes: learning.make_off_policy_replay(
+            "crr", config, num_envs, name, **sizes
+        ),
         update=update,
+        learn=learning.replay_updates(update, config.sequence_length, config.batch_size),
         params=lambda state: state.policy_params,
+        replayers=("uniform", "cycle_one_time"),
     )
-
-
-def _window(batch, start: int) -> slice:
-    """The L - 1 steps of sequences [L, M] from ``start``: the transitions' first steps (0)
-    or their next steps (1)."""
-    return slice(start, start + batch.step_type.shape[0] - 1)
-
-
-def _flatten(spec: EnvSpec, observation):
-    return actor_critic.flat_observation(spec.observation_shape, observation)
-
-
-def _example_inputs(spec: EnvSpec):
-    observation = jnp.zeros((1, math.prod(spec.observation_shape)), jnp.float32)
-    action = (
-        jnp.zeros((1,), jnp.int32)
-        if spec.action.is_discrete
-        else jnp.zeros((1, len(spec.action.low)), jnp.float32)
-    )
-    return observation, action
-
-
-def _choose(key, candidates, q, beta, states=None):
-    """Boltzmann resampling of N candidates [N, B, ...] (and their states) by softmax(Q / beta)."""
-    if states is None:
-        return boltzmann.resample(key, candidates, q, beta)[0], None
-    action, chosen, _ = boltzmann.resample_with_states(key, candidates, q, beta, states)
-    return action, chosen
-
-
-def _feed_forward(spec: EnvSpec, config: CRRConfig, atoms) -> _Networks:
-    action_spec = spec.action
-    policy = actor_critic.Policy(action_spec, config.hidden_sizes)
-    critic = actor_critic.DistributionalCritic(action_spec, config.num_atoms, config.hidden_sizes)
-
-    def init(key):
-        policy_key, critic_key = jax.random.split(key)
-        observation, action = _example_inputs(spec)
-        return policy.init(policy_key, observation), critic.init(critic_key, observation, action)
-
-    def step(state, timestep, carry, key, temperature, boltzmann_acting):
-        observation = _flatten(spec, timestep.observation)
-        dist_params = policy.apply(state.policy_params, observation)
-        if not boltzmann_acting:
-            return actor_critic.sample(action_spec, dist_params, key, temperature), carry
-        sample_key, choice_key = jax.random.split(key)
-        keys = jax.random.split(sample_key, config.boltzmann_samples)
-        candidates = jax.vmap(lambda k: actor_critic.sample(action_spec, dist_params, k))(keys)
-        logits = critic.apply(
-            state.critic_params, _tile(config.boltzmann_samples, observation), candidates
-        )
-        q = jnp.sum(jax.nn.softmax(logits) * atoms, axis=-1)
-        return _choose(choice_key, candidates, q, config.boltzmann_beta)[0], carry
-
-    def policy_view(params, batch, start, initial):
-        del initial
-        return policy.apply(params, _flatten(spec, batch.observation[_window(batch, start)]))
-
-    def critic_view(params, batch, start, initial):
-        del initial
-        observation = _flatten(spec, batch.observation[_window(batch, start)])
-
-        def evaluate(actions):
-            return critic.apply(params, _tile(actions.shape[0], observation), actions)
-
-        return evaluate
-
-    return _Networks(init, lambda batch_size: (), step, policy_view, critic_view)
-
-
-def _recurrent(spec: EnvSpec, config: CRRConfig, atoms) -> _Networks:
-    """Policy and critic with LSTM/GRU cores, reset where episodes start. The acting carry is
-    (policy state, critic state); the critic's state advances on the chosen action."""
-    action_spec = spec.action
-    policy = RecurrentPolicy(action_spec, config.hidden_sizes, config.core, config.core_size)
-    critic = RecurrentCritic(
-        action_spec, config.hidden_sizes, config.core, config.core_size, config.num_atoms
-    )
-
-    def initial_carry(batch_size: int):
-        return (policy.initial_state((batch_size,)), critic.initial_state((batch_size,)))
-
-    def init(key):
-        policy_key, critic_key = jax.random.split(key)
-        observation, action = _example_inputs(spec)
-        first = jnp.ones((1,), bool)
-        policy_state, critic_state = initial_carry(1)
-        return (
-            policy.init(policy_key, policy_state, observation, first),
-            critic.init(critic_key, critic_state, observation, action, first),
-        )
-
-    def step(state, timestep, carry, key, temperature, boltzmann_acting):
-        observation = _flatten(spec, timestep.observation)
-        first = timestep.step_type == StepType.FIRST
-        policy_state, critic_state = carry
-        policy_state, dist_params = policy.apply(
-            state.policy_params, policy_state, observation, first
-        )
-        if not boltzmann_acting:
-            action = actor_critic.sample(action_spec, dist_params, key, temperature)
-            critic_state, _ = critic.apply(
-                state.critic_params, critic_state, observation, action, first
-            )
-            return action, (policy_state, critic_state)
-        count = config.boltzmann_samples
-        sample_key, choice_key = jax.random.split(key)
-        keys = jax.random.split(sample_key, count)
-        candidates = jax.vmap(lambda k: actor_critic.sample(action_spec, dist_params, k))(keys)
-        critic_states, logits = critic.apply(
-            state.critic_params,
-            _tile(count, critic_state),
-            _tile(count, observation),
-            candidates,
-            _tile(count, first),
-        )
-        q = jnp.sum(jax.nn.softmax(logits) * atoms, axis=-1)
-        states = (_tile(count, policy_state), critic_states)
-        action, chosen = _choose(choice_key, candidates, q, config.boltzmann_beta, states)
-        return action, chosen
-
-    def inputs(batch, start):
-        window = _window(batch, start)
-        return (
-            _flatten(spec, batch.observation[window]),
-            actor_critic.from_box(action_spec, batch.action[window]),
-            batch.step_type[window] == StepType.FIRST,
-        )
-
-    def policy_view(params, batch, start, initial):
-        observation, _, first = inputs(batch, start)
-
-        def one_step(core_state, step_inputs):
-            return policy.apply(params, core_state, *step_inputs)
-
-        return jax.lax.scan(one_step, initial[0], (observation, first))[1]
-
-    def critic_view(params, batch, start, initial):
-        observation, action, first = inputs(batch, start)
-
-        def one_step(core_state, step_inputs):
-            new_state, _ = critic.apply(params, core_state, *step_inputs)
-            return new_state, core_state
-
-        # The state before each step: the steps before it in the window, taken actions.
-        states = jax.lax.scan(one_step, initial[1], (observation, action, first))[1]
-
-        def evaluate(actions):
-            count = actions.shape[0]
-            tiled = _tile(count, (states, observation, first))
-            return critic.apply(params, tiled[0], tiled[1], actions, tiled[2])[1]
-
-        return evaluate
-
-    return _Networks(init, initial_carry, step, policy_view, critic_view)

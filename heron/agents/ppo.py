@@ -1,122 +1,144 @@
 """Proximal Policy Optimisation (Schulman et al., 2017, https://arxiv.org/abs/1707.06347).
 
-The Trax PPO trainer's loss in heron's agent contract: GAE(gamma, lambda) advantages in
-``preprocess``; a clipped surrogate, a value loss weighted by ``value_weight`` and an
-entropy bonus weighted by ``entropy_weight`` in ``update``; ``n_optimizer_steps`` passes
-over mini-batches of ``optimizer_batch_size`` steps, stopped early once the approximate KL
-to the behaviour policy exceeds 1.5 × ``target_kl``.
+The Trax PPO trainer's loss in heron's agent contract. ``learn`` takes the last unroll
+[B, T+1] from the ``one_time`` replay (or unrolls of several actors from
+``cycle_one_time``), computes GAE(discount, gae_lambda) advantages, cuts the steps into
+sequences of ``sequence_length`` and runs ``num_epochs`` passes of shuffled mini-batches of
+``batch_size`` sequences: a clipped surrogate, a value loss weighted by ``value_cost`` and an
+entropy bonus weighted by ``entropy_cost``. With ``target_kl`` the passes stop as in Trax:
+after each update the approximate KL to the behaviour policy is measured on the whole batch,
+and once it exceeds 1.5 x target_kl no further update is made.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Literal, NamedTuple
+import warnings
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from heron import ops, parallel
-from heron.agents.base import Agent, TrainSchedule, check, check_scheduled
-from heron.networks import PolicyValueNet, action_distribution, sample_action
-from heron.networks.policy_value import ACTIVATIONS
-from heron.networks.recurrent import CORES, RecurrentPolicyValueNet
+from heron import ops, parallel, replay
+from heron.agents import learning
+from heron.agents.base import ROLLOUT_STATE, Agent, check_config, extra
+from heron.configs import check, integer, number, scheduled
+from heron.networks import (
+    DenseHead,
+    Heads,
+    NetworkConfig,
+    PolicyHead,
+    distributions,
+    flat_observation,
+    make_network,
+    stack,
+)
 from heron.schedules import as_schedule
 from heron.specs import EnvSpec
 from heron.types import Experience, StepType, TimeStep
 
-# Fields that accept a schedule (see heron.schedules), with their allowed ranges:
-# (name, low, high, low inclusive). Schedules run over the optimiser-step counter.
-SCHEDULED_RANGES = (
-    ("learning_rate", 0.0, math.inf, False),
-    ("gamma", 0.0, 1.0, True),
-    ("gae_lambda", 0.0, 1.0, True),
-    ("epsilon", 0.0, math.inf, False),
-    ("value_weight", 0.0, math.inf, True),
-    ("entropy_weight", 0.0, math.inf, True),
-)
+SCHEDULED = ("learning_rate", "discount", "gae_lambda", "epsilon", "value_cost", "entropy_cost")
+
+# Trax's names, refused with the field that replaced them (never reinterpreted silently).
+RENAMED = {
+    "gamma": "discount",
+    "lambda_": "gae_lambda",
+    "n_optimizer_steps": "num_epochs (passes over each batch)",
+    "optimizer_batch_size": "batch_size (now counted in sequences, not steps)",
+    "mini_batch_length": "sequence_length",
+    "value_weight": "value_cost",
+    "entropy_weight": "entropy_cost",
+    "core": "network.core",
+    "core_size": "network.core_size",
+    "hidden_sizes": "network.hidden_sizes",
+    "activation": "network.activation",
+}
 
 
 @dataclasses.dataclass(frozen=True)
 class PPOConfig:
     """PPO hyperparameters. Defaults solve CartPole-v1 in under 100k steps."""
 
-    learning_rate: float | str = 2e-3
-    """Adam step size."""
-    gamma: float | str = 0.99
-    """Reward discount factor, in [0, 1]."""
-    gae_lambda: float | str = 0.95
-    """GAE mixing parameter lambda, in [0, 1]."""
-    epsilon: float | str = 0.2
+    learning_rate: float | str = scheduled(2e-3, 0.0, low_open=True)
+    """Adam step size (a number or a schedule over optimiser steps)."""
+    discount: float | str = scheduled(0.99, 0.0, 1.0)
+    """Reward discount factor, in [0, 1] (Trax's gamma)."""
+    gae_lambda: float | str = scheduled(0.95, 0.0, 1.0)
+    """GAE mixing parameter lambda, in [0, 1] (Trax's lambda_)."""
+    epsilon: float | str = scheduled(0.2, 0.0, low_open=True)
     """Clipping range of the probability ratio, > 0."""
-    value_weight: float | str = 0.5
-    """Weight of the value loss, >= 0."""
-    entropy_weight: float | str = 0.01
-    """Weight of the entropy bonus, >= 0."""
+    value_cost: float | str = scheduled(0.5, 0.0)
+    """Weight of the value loss, >= 0 (Trax's value_weight)."""
+    entropy_cost: float | str = scheduled(0.01, 0.0)
+    """Weight of the entropy bonus, >= 0 (Trax's entropy_weight)."""
     normalize_advantages: bool = True
     """Normalise advantages to zero mean and unit std within each mini-batch."""
-    max_grad_norm: float = 0.5
+    max_grad_norm: float = number(0.5, 0.0, low_open=True)
     """Global-norm gradient clipping; inf disables it."""
-    unroll_length: int = 32
+    unroll_length: int = integer(32, 1)
     """Environment steps collected per environment per iteration."""
-    n_optimizer_steps: int = 4
-    """Passes (epochs) over each iteration's batch."""
-    optimizer_batch_size: int = 256
-    """Steps per mini-batch; must divide num_envs x unroll_length."""
-    target_kl: float = math.inf
-    """Stop an iteration's passes once approximate KL exceeds 1.5 x target_kl; inf disables."""
-    two_towers: bool = True
-    """Separate policy and value torsos; False shares one torso (Trax's two_towers)."""
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    """Hidden layer sizes of each torso."""
-    core: Literal["none", "lstm", "gru"] = "none"
-    """Recurrent core after the torso; its state resets where episodes start."""
-    core_size: int = 64
-    """Units of the recurrent core."""
-    mini_batch_length: int = 1
+    num_epochs: int = integer(4, 1)
+    """Passes over each iteration's batch (Trax's n_optimizer_steps counts updates)."""
+    batch_size: int = integer(256, 1)
+    """Sequences per mini-batch; must divide the batch's sequences."""
+    sequence_length: int = integer(1, 1)
     """Steps per training sequence (recurrent cores learn over sequences)."""
+    target_kl: float = number(math.inf, 0.0, low_open=True)
+    """Stop an iteration's updates once the approximate KL to the behaviour policy exceeds
+    1.5 x target_kl (Trax's rule; Trax's default is 0.01); inf disables it."""
+    two_towers: bool = True
+    """Separate policy and value networks; False shares torso and core (Trax's
+    two_towers)."""
+    network: NetworkConfig = dataclasses.field(default_factory=NetworkConfig)
+    """Torso and core of each tower."""
     use_rollout_state: bool = False
     """Start each training sequence from the core state recorded when acting (ALF)."""
-    activation: Literal["tanh", "relu", "elu", "gelu"] = "tanh"
-    """Hidden activation."""
+
+    renamed_fields: ClassVar[dict[str, str]] = RENAMED
 
     def __post_init__(self):
-        for name, low, high, low_inclusive in SCHEDULED_RANGES:
-            check_scheduled(f"ppo.{name}", getattr(self, name), low, high, low_inclusive)
-        check(self.max_grad_norm > 0, f"ppo.max_grad_norm must be > 0, got {self.max_grad_norm}")
-        check(self.unroll_length >= 1, f"ppo.unroll_length must be >= 1, got {self.unroll_length}")
+        check_config(self, "ppo")
         check(
-            self.n_optimizer_steps >= 1,
-            f"ppo.n_optimizer_steps must be >= 1, got {self.n_optimizer_steps}",
+            self.unroll_length % self.sequence_length == 0,
+            f"ppo.unroll_length={self.unroll_length} is not a multiple of "
+            f"ppo.sequence_length={self.sequence_length}: training sequences must not cross "
+            "from one unroll into the next",
         )
+        check_recurrence(self, "ppo")
+
+
+def check_recurrence(config, name: str) -> None:
+    """ALF's rules for recurrent agents trained on sequences (``use_rollout_state`` needs a
+    core; a core trained on sequences of one step from zero states never uses its memory)."""
+    recurrent = config.network.recurrent
+    check(
+        recurrent or not config.use_rollout_state,
+        f"{name}.use_rollout_state needs a recurrent core ({name}.network.core lstm or gru): "
+        "a feed-forward network has no state to record",
+    )
+    if recurrent and not config.use_rollout_state:
         check(
-            self.optimizer_batch_size >= 1,
-            f"ppo.optimizer_batch_size must be >= 1, got {self.optimizer_batch_size}",
+            config.sequence_length > 1,
+            f"a recurrent {name} trained on sequences of length 1 never uses its memory: set "
+            f"{name}.use_rollout_state True (train from the recorded state) or "
+            f"{name}.sequence_length > 1",
         )
-        check(self.target_kl > 0, f"ppo.target_kl must be > 0 (inf disables), got {self.target_kl}")
-        check(
-            len(self.hidden_sizes) >= 1 and all(h >= 1 for h in self.hidden_sizes),
-            f"ppo.hidden_sizes must be positive layer sizes, got {self.hidden_sizes}",
+
+
+_WARNED: set[str] = set()
+
+
+def warn_zero_start(config, name: str) -> None:
+    if config.network.recurrent and not config.use_rollout_state:
+        message = (
+            f"heron: a recurrent {name} trains each sequence from a zero state; consider "
+            f"{name}.use_rollout_state True to start from the state recorded when acting"
         )
-        check(
-            self.core in ("none", *CORES),
-            f"ppo.core must be one of none, {', '.join(CORES)}, got {self.core!r}",
-        )
-        check(self.core_size >= 1, f"ppo.core_size must be >= 1, got {self.core_size}")
-        check(
-            self.mini_batch_length >= 1,
-            f"ppo.mini_batch_length must be >= 1, got {self.mini_batch_length}",
-        )
-        check(
-            self.optimizer_batch_size % self.mini_batch_length == 0,
-            f"ppo.optimizer_batch_size={self.optimizer_batch_size} must be a multiple of "
-            f"ppo.mini_batch_length={self.mini_batch_length} (whole sequences per mini-batch)",
-        )
-        check(
-            self.activation in ACTIVATIONS,
-            f"ppo.activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}",
-        )
+        if message not in _WARNED:
+            _WARNED.add(message)
+            warnings.warn(message, stacklevel=3)
 
 
 class PPOState(NamedTuple):
@@ -126,7 +148,7 @@ class PPOState(NamedTuple):
 
 
 class PPOBatch(NamedTuple):
-    """Per-step training inputs; [B, T] from preprocess, [L, M] inside update."""
+    """Per-step training inputs; [B, T] after GAE, [L, M] inside update."""
 
     observation: Any
     action: Any
@@ -138,160 +160,144 @@ class PPOBatch(NamedTuple):
     rollout_state: Any = ()  # the core state recorded before acting, under use_rollout_state
 
 
-_masked_mean = parallel.masked_mean
+masked_mean = parallel.masked_mean
 
 
-def _normalize(advantage, mask):
+def normalize(advantage, mask):
     """Standardised over the whole mini-batch (all devices' shares of it)."""
-    mean = parallel.device_mean(_masked_mean(advantage, mask))
-    std = jnp.sqrt(parallel.device_mean(_masked_mean((advantage - mean) ** 2, mask)))
+    mean = parallel.device_mean(masked_mean(advantage, mask))
+    std = jnp.sqrt(parallel.device_mean(masked_mean((advantage - mean) ** 2, mask)))
     return (advantage - mean) / (std + 1e-8)
 
 
-class _Network(NamedTuple):
-    """How PPO runs its network, feed-forward or recurrent (chosen once in make_ppo).
-
-    step: (params, carry, timestep [B]) -> (carry, (dist_params, value)), for acting.
-    sequence: (params, batch [L, M]) -> (dist_params, value) [L, M], for training.
-    """
-
-    init: Any
-    initial_carry: Any
-    step: Any
-    sequence: Any
-
-
-def _feed_forward(spec: EnvSpec, config: PPOConfig) -> _Network:
-    network = PolicyValueNet(
-        spec=spec.action,
-        hidden_sizes=config.hidden_sizes,
-        activation=config.activation,
-        two_towers=config.two_towers,
-        observation_ndim=len(spec.observation_shape),
-    )
-
-    def init(key):
-        return network.init(key, jnp.zeros((1,) + spec.observation_shape, jnp.float32))
-
-    def step(params, carry, timestep):
-        return carry, network.apply(params, timestep.observation)
-
-    def sequence(params, batch):
-        return network.apply(params, batch.observation)
-
-    return _Network(init, lambda batch_size: (), step, sequence)
+def policy_value_network(spec: EnvSpec, config: PPOConfig):
+    """Policy and value heads on two towers, or on one shared torso and core; outputs
+    ``{"policy": head output, "value": [...]}`` either way."""
+    size = math.prod(spec.observation_shape)
+    policy_head = PolicyHead(spec.action)
+    value_head = DenseHead((), 1.0)
+    if config.two_towers:
+        return stack(
+            {
+                "policy": make_network(config.network, policy_head, size),
+                "value": make_network(config.network, value_head, size),
+            }
+        )
+    return make_network(config.network, Heads({"policy": policy_head, "value": value_head}), size)
 
 
-def _recurrent(spec: EnvSpec, config: PPOConfig) -> _Network:
-    network = RecurrentPolicyValueNet(
-        spec=spec.action,
-        core=config.core,
-        core_size=config.core_size,
-        hidden_sizes=config.hidden_sizes,
-        activation=config.activation,
-        two_towers=config.two_towers,
-        observation_ndim=len(spec.observation_shape),
-    )
-
-    def init(key):
-        observation = jnp.zeros((1,) + spec.observation_shape, jnp.float32)
-        return network.init(key, network.initial_state(1), observation, jnp.ones(1, bool))
-
-    def step(params, carry, timestep):
-        return network.apply(params, carry, timestep.observation, timestep.is_first())
-
-    def sequence(params, batch):
-        if config.use_rollout_state:
-            carry = jax.tree.map(lambda x: x[0], batch.rollout_state)
-        else:
-            carry = network.initial_state(batch.first.shape[1])
-
-        def one_step(carry, inputs):
-            observation, first = inputs
-            return network.apply(params, carry, observation, first)
-
-        _, outputs = jax.lax.scan(one_step, carry, (batch.observation, batch.first))
-        return outputs
-
-    return _Network(init, network.initial_state, step, sequence)
-
-
-def make_ppo(spec: EnvSpec, config: PPOConfig) -> Agent:
-    network = (_feed_forward if config.core == "none" else _recurrent)(spec, config)
-    schedules = {name: as_schedule(getattr(config, name)) for name, *_ in SCHEDULED_RANGES}
+def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None) -> Agent:
+    warn_zero_start(config, "ppo")
+    network = policy_value_network(spec, config)
+    schedules = {name: as_schedule(getattr(config, name)) for name in SCHEDULED}
     clip = (
         []
         if math.isinf(config.max_grad_norm)
         else [optax.clip_by_global_norm(config.max_grad_norm)]
     )
     optimizer = optax.chain(*clip, optax.adam(schedules["learning_rate"], eps=1e-5))
+    use_rollout_state = config.use_rollout_state
+
+    def flat(observation):
+        return flat_observation(spec.observation_shape, observation)
 
     def init(key) -> PPOState:
         params = network.init(key)
         return PPOState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
 
-    def act(state: PPOState, timestep: TimeStep, carry, key, mode="rollout", temperature=1.0):
-        carry, (dist_params, value) = network.step(state.params, carry, timestep)
-        if mode == "rollout":
-            dist = action_distribution(spec.action, dist_params)
-            action, log_prob = dist.sample_and_log_prob(seed=key)
-            return action, carry, {"log_prob": log_prob, "value": value}
-        if mode == "predict":
-            return sample_action(spec.action, dist_params, key, temperature), carry, {}
-        raise ValueError(f"act mode must be 'rollout' or 'predict', got {mode!r}")
+    def initial_carry(batch_size: int):
+        return network.initial_state((batch_size,))
+
+    def act(state: PPOState, timestep: TimeStep, carry, key):
+        new_carry, out = network.step(
+            state.params, carry, flat(timestep.observation), timestep.is_first()
+        )
+        action, log_prob = distributions.make(spec.action, out["policy"]).sample_and_log_prob(key)
+        extras = {"log_prob": log_prob, "value": out["value"]}
+        if use_rollout_state:
+            extras[ROLLOUT_STATE] = carry
+        return action, new_carry, extras
+
+    def policy(state: PPOState, timestep: TimeStep, carry, key, temperature):
+        carry, out = network.step(
+            state.params, carry, flat(timestep.observation), timestep.is_first()
+        )
+        return distributions.make(spec.action, out["policy"]).sample(key, temperature), carry
 
     def preprocess(state: PPOState, experience: Experience) -> PPOBatch:
         """Experience [B, T+1] -> PPOBatch [B, T]; step T only bootstraps."""
-        gamma = schedules["gamma"](state.update_step)
+        discount = schedules["discount"](state.update_step)
         gae_lambda = schedules["gae_lambda"](state.update_step)
-        values = experience.extras["value"]
+        values = extra(experience, "value", "ppo", "the behaviour policy's value estimates")
         is_last = (experience.step_type == StepType.LAST).astype(jnp.float32)
         # The transition out of a LAST step is a reset, not a transition: cut the trace there.
         advantage = jax.vmap(ops.gae)(
             experience.reward[:, 1:],
-            gamma * experience.discount[:, 1:],
+            discount * experience.discount[:, 1:],
             values,
             gae_lambda * (1.0 - is_last[:, 1:]),
+        )
+        rollout_state = (
+            extra(experience, ROLLOUT_STATE, "ppo", "use_rollout_state")
+            if use_rollout_state
+            else ()
         )
         return PPOBatch(
             observation=experience.observation[:, :-1],
             action=jax.tree.map(lambda a: a[:, :-1], experience.action),
-            log_prob=experience.extras["log_prob"][:, :-1],
+            log_prob=extra(experience, "log_prob", "ppo", "the behaviour log-probabilities")[
+                :, :-1
+            ],
             advantage=advantage,
             value_target=advantage + values[:, :-1],
             mask=1.0 - is_last[:, :-1],
             first=experience.step_type[:, :-1] == StepType.FIRST,
-            rollout_state=jax.tree.map(lambda x: x[:, :-1], experience.state),
+            rollout_state=jax.tree.map(lambda x: x[:, :-1], rollout_state),
         )
+
+    def outputs(params, batch: PPOBatch):
+        """The network's outputs on sequences [L, M] from their start states."""
+        if use_rollout_state:
+            start = jax.tree.map(lambda x: x[0], batch.rollout_state)
+        else:
+            start = network.initial_state(batch.first.shape[1:])
+        return network.unroll(params, start, flat(batch.observation), batch.first)[1]
+
+    def approx_kl(params, batch: PPOBatch):
+        """E[(r - 1) - log r], r = pi / mu: the approximate KL to the behaviour policy."""
+        dist = distributions.make(spec.action, outputs(params, batch)["policy"])
+        log_ratio = dist.log_prob(batch.action) - batch.log_prob
+        return parallel.device_mean(masked_mean(jnp.expm1(log_ratio) - log_ratio, batch.mask))
 
     def loss(params, batch: PPOBatch, step):
         """The PPO loss on a mini-batch of sequences [L, M]."""
         epsilon = schedules["epsilon"](step)
-        dist_params, value = network.sequence(params, batch)
-        dist = action_distribution(spec.action, dist_params)
-        log_prob = dist.log_prob(batch.action)
-        log_ratio = log_prob - batch.log_prob
+        out = outputs(params, batch)
+        dist = distributions.make(spec.action, out["policy"])
+        log_ratio = dist.log_prob(batch.action) - batch.log_prob
         ratio = jnp.exp(log_ratio)
-        advantage = batch.advantage
-        if config.normalize_advantages:
-            advantage = _normalize(advantage, batch.mask)
+        advantage = (
+            normalize(batch.advantage, batch.mask)
+            if config.normalize_advantages
+            else batch.advantage
+        )
         clipped_ratio = jnp.clip(ratio, 1.0 - epsilon, 1.0 + epsilon)
         surrogate = jnp.minimum(ratio * advantage, clipped_ratio * advantage)
-        policy_loss = -_masked_mean(surrogate, batch.mask)
-        value_loss = 0.5 * _masked_mean((value - batch.value_target) ** 2, batch.mask)
-        entropy = _masked_mean(dist.entropy(), batch.mask)
+        policy_loss = -masked_mean(surrogate, batch.mask)
+        value_loss = 0.5 * masked_mean((out["value"] - batch.value_target) ** 2, batch.mask)
+        entropy = masked_mean(dist.entropy(), batch.mask)
         total = (
             policy_loss
-            + schedules["value_weight"](step) * value_loss
-            - schedules["entropy_weight"](step) * entropy
+            + schedules["value_cost"](step) * value_loss
+            - schedules["entropy_cost"](step) * entropy
         )
         metrics = {
             "loss/total": total,
             "loss/policy": policy_loss,
             "loss/value": value_loss,
             "loss/entropy": entropy,
-            "ppo/approx_kl": _masked_mean((ratio - 1.0) - log_ratio, batch.mask),
-            "ppo/clip_fraction": _masked_mean(
+            "ppo/approx_kl": masked_mean((ratio - 1.0) - log_ratio, batch.mask),
+            "ppo/clip_fraction": masked_mean(
                 (jnp.abs(ratio - 1.0) > epsilon).astype(jnp.float32), batch.mask
             ),
         }
@@ -310,28 +316,56 @@ def make_ppo(spec: EnvSpec, config: PPOConfig) -> Agent:
         metrics["grad_norm"] = optax.tree.norm(grads)
         return PPOState(params, opt_state, state.update_step + 1), metrics
 
-    def stop_updates(metrics) -> jax.Array:
-        return metrics["ppo/approx_kl"] > 1.5 * config.target_kl
+    update = learning.data_parallel(update, devices or jax.devices(), "ppo", config.batch_size)
+
+    def learn(state: PPOState, replay_, replay_state, key):
+        sample_key, update_key = jax.random.split(key)
+        experience, replay_state = replay_.sample(replay_state, sample_key)
+        batch = preprocess(state, experience)
+        stop = None
+        if not math.isinf(config.target_kl):
+            whole = learning.time_major(batch)  # the KL is measured on every step of the batch
+
+            def stop(state, metrics):
+                return approx_kl(state.params, whole) > 1.5 * config.target_kl
+
+        sequences = learning.sequences(batch, config.sequence_length, config.sequence_length)
+        state, metrics = learning.minibatch_epochs(
+            update,
+            state,
+            sequences,
+            update_key,
+            num_epochs=config.num_epochs,
+            batch_size=config.batch_size,
+            stop=stop,
+        )
+        return state, replay_state, metrics
+
+    def make_replay(num_envs: int, name: str | None = None, **sizes):
+        name = replay.check_name(name or "one_time", ("one_time", "cycle_one_time"), "ppo")
+        sizes = replay.ReplaySizes(
+            **{"num_envs": num_envs, "unroll_length": config.unroll_length, **sizes}
+        )
+        lanes = (
+            sizes.learn_queue_cap * (num_envs // sizes.num_actors)
+            if name != "one_time"
+            else num_envs
+        )
+        learning.check_tiling("ppo", config.unroll_length, lanes, config, overlap=False)
+        return replay.make_replay(name, sizes)
 
     return Agent(
         name="ppo",
         config=config,
         spec=spec,
-        schedule=TrainSchedule(
-            unroll_length=config.unroll_length,
-            num_updates=config.n_optimizer_steps,
-            mini_batch_size=config.optimizer_batch_size // config.mini_batch_length,
-            mini_batch_length=config.mini_batch_length,
-            replay="one_time",
-            mini_batch_size_field="ppo.optimizer_batch_size",
-            recurrent=config.core != "none",
-            use_rollout_state=config.use_rollout_state and config.core != "none",
-        ),
+        unroll_length=config.unroll_length,
         init=init,
-        initial_carry=network.initial_carry,
+        initial_carry=initial_carry,
         act=act,
-        preprocess=preprocess,
+        policy=policy,
+        make_replay=make_replay,
+        learn=learn,
         update=update,
         params=lambda state: state.params,
-        stop_updates=None if math.isinf(config.target_kl) else stop_updates,
+        replayers=("one_time", "cycle_one_time"),
     )

@@ -42,119 +42,82 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
-import distrax
 import jax
 import jax.numpy as jnp
 import optax
 
 from heron import ops, parallel
-from heron.agents.base import Agent, ConfigError, check, check_scheduled, replay_schedule
-from heron.networks import actor_critic, recurrent_actor_critic
-from heron.networks.recurrent import CORES as RECURRENT_CORES
-from heron.networks.recurrent import zero_core_state
+from heron.agents import learning
+from heron.agents.actions import action_size, encode_action, from_box, tile, to_box
+from heron.agents.base import (
+    ROLLOUT_STATE,
+    Agent,
+    ConfigError,
+    MissingExtrasError,
+    ReplayConfig,
+    check_config,
+    extra,
+)
+from heron.agents.crr import acme_network
+from heron.agents.ppo import check_recurrence, warn_zero_start
+from heron.configs import integer, number, scheduled
+from heron.networks import DenseHead, PolicyHead, distributions, flat_observation, make_network
+from heron.networks.network import NetworkConfig
 from heron.schedules import as_schedule
 from heron.specs import EnvSpec
 from heron.types import Experience, StepType, TimeStep
 
 MIN_RHO = 1e-20  # added to importance weights before the log (Acme's _MIN_LOG_VAL)
-CORES = ("none", *RECURRENT_CORES)
-
-
-class MissingExtrasError(ValueError):
-    """Experience without what the behaviour policy must have recorded."""
 
 
 @dataclasses.dataclass(frozen=True)
 class SVG0Config:
     """SVG0 hyperparameters (Acme's defaults where the issue names them)."""
 
-    policy_learning_rate: float | str = 1e-4
+    policy_learning_rate: float | str = scheduled(1e-4, 0.0, low_open=True)
     """Adam step size of the policy."""
-    critic_learning_rate: float | str = 1e-4
+    critic_learning_rate: float | str = scheduled(1e-4, 0.0, low_open=True)
     """Adam step size of the critic."""
-    prior_learning_rate: float | str = 1e-4
+    prior_learning_rate: float | str = scheduled(1e-4, 0.0, low_open=True)
     """Adam step size of the prior (with prior=True)."""
-    discount: float | str = 0.99
+    discount: float | str = scheduled(0.99, 0.0, 1.0)
     """Reward discount factor, in [0, 1]."""
-    sequence_length: int = 10
+    sequence_length: int = integer(10, 2)
     """Steps per sampled training sequence, T+1 >= 2 (T transitions)."""
-    num_action_samples: int = 10
+    num_action_samples: int = integer(10, 1)
     """Policy samples per state for the target value and for the policy loss."""
-    retrace_lambda: float = 1.0
+    retrace_lambda: float = number(1.0, 0.0, 1.0)
     """Retrace's lambda, in [0, 1]: 0 gives one-step targets, 1 the longest traces."""
-    entropy_cost: float = 1e-3
+    entropy_cost: float = number(1e-3, 0.0)
     """Weight of the sample-based entropy bonus in the policy loss, >= 0."""
     prior: bool = False
     """Learn a behaviour prior and regularise the policy towards it (KL)."""
-    distillation_cost: float = 1e-3
+    distillation_cost: float = number(1e-3, 0.0)
     """Weight of KL(policy || prior) in the policy loss and the value targets, >= 0."""
-    target_update_period: int = 100
+    target_update_period: int = integer(100, 1)
     """Updates between hard copies into the target networks."""
-    max_grad_norm: float = math.inf
+    max_grad_norm: float = number(math.inf, 0.0, low_open=True)
     """Global-norm gradient clipping per network; inf (Acme: none) disables it."""
-    hidden_sizes: tuple[int, ...] = (256, 256)
-    """Hidden layer sizes of the policy, the critic and the prior (LayerNorm MLPs)."""
-    exploration_noise: float = 0.0
+    network: NetworkConfig = dataclasses.field(default_factory=acme_network)
+    """Torso and core of the policy, the critic and the prior."""
+    exploration_noise: float = number(0.0, 0.0)
     """Std of Gaussian noise added to the policy's pre-tanh action when collecting, >= 0;
     the recorded behaviour log-probability includes it."""
-    core: Literal["none", "lstm", "gru"] = "none"
-    """Recurrent core after each network's torso; its state resets where episodes start."""
-    core_size: int = 128
-    """Units of the recurrent cores."""
     use_rollout_state: bool = False
     """Start each training sequence from the core states recorded when acting (ALF); the
     target networks start from the same states as their online networks (as R2D2 does)."""
-    unroll_length: int = 1
+    unroll_length: int = integer(1, 1)
     """Environment steps collected per environment per iteration."""
-    replay_ratio: float = 0.25
-    """Optimiser updates per collected environment step."""
-    mini_batch_size: int = 256
+    batch_size: int = integer(256, 1)
     """Sequences per update (Acme's batch size)."""
-    replay_capacity: int = 100_000
-    """Steps kept per environment in the uniform replay."""
-    min_replay_size: int = 1_000
-    """Steps stored before the first update."""
+    replay: ReplayConfig = dataclasses.field(default_factory=lambda: ReplayConfig(min_size=1_000))
+    """The uniform replay: capacity, warm-up and replay ratio."""
 
     def __post_init__(self):
-        for name in ("policy_learning_rate", "critic_learning_rate", "prior_learning_rate"):
-            check_scheduled(f"svg0.{name}", getattr(self, name), 0.0, math.inf, False)
-        check_scheduled("svg0.discount", self.discount, 0.0, 1.0)
-        check(
-            self.sequence_length >= 2,
-            f"svg0.sequence_length must be >= 2 (a transition and its next step), "
-            f"got {self.sequence_length}",
-        )
-        check(
-            0.0 <= self.retrace_lambda <= 1.0,
-            f"svg0.retrace_lambda must be in [0, 1], got {self.retrace_lambda}",
-        )
-        for name in ("entropy_cost", "distillation_cost", "exploration_noise"):
-            check(getattr(self, name) >= 0, f"svg0.{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("max_grad_norm", "replay_ratio"):
-            check(getattr(self, name) > 0, f"svg0.{name} must be > 0, got {getattr(self, name)}")
-        for name in (
-            "num_action_samples",
-            "target_update_period",
-            "core_size",
-            "unroll_length",
-            "mini_batch_size",
-            "replay_capacity",
-        ):
-            check(getattr(self, name) >= 1, f"svg0.{name} must be >= 1, got {getattr(self, name)}")
-        check(
-            len(self.hidden_sizes) >= 1 and all(size >= 1 for size in self.hidden_sizes),
-            f"svg0.hidden_sizes must be one or more sizes >= 1, got {self.hidden_sizes}",
-        )
-        check(
-            self.core in CORES,
-            f"svg0.core must be one of {', '.join(CORES)}, got {self.core!r}",
-        )
-        check(
-            self.min_replay_size >= 0,
-            f"svg0.min_replay_size must be >= 0, got {self.min_replay_size}",
-        )
+        check_config(self, "svg0")
+        check_recurrence(self, "svg0")
 
 
 class SVG0State(NamedTuple):
@@ -228,168 +191,57 @@ def policy_loss_from(expected_q, entropy, kl, mask, entropy_cost, distillation_c
     return masked_mean(per_step[:-1], mask)
 
 
-def gaussian_kl(p_params, q_params):
-    """KL(p || q) [...] of two tanh-Gaussian policies {mean, log_std} [..., d]: the KL of
-    the Gaussians before tanh, which equals the squashed one (tanh is a bijection)."""
-
-    def normal(params):
-        return distrax.MultivariateNormalDiag(params["mean"], jnp.exp(params["log_std"]))
-
-    return normal(p_params).kl_divergence(normal(q_params))
-
-
-def with_exploration_noise(dist_params, noise_std):
+def with_exploration_noise(head_output, noise_std):
     """The behaviour policy: Gaussian noise of std ``noise_std`` added before the tanh, so
     the pre-tanh std becomes sqrt(std^2 + noise_std^2)."""
     if noise_std == 0.0:
-        return dist_params
-    variance = jnp.exp(2.0 * dist_params["log_std"]) + noise_std**2
-    return {"mean": dist_params["mean"], "log_std": 0.5 * jnp.log(variance)}
+        return head_output
+    variance = jnp.exp(2.0 * head_output["log_std"]) + noise_std**2
+    return {"mean": head_output["mean"], "log_std": 0.5 * jnp.log(variance)}
 
 
-def sample_with_log_prob(dist_params, key, count):
+def tanh_gaussian(head_output) -> distributions.TanhGaussian:
+    return distributions.TanhGaussian(head_output["mean"], head_output["log_std"])
+
+
+def sample_with_log_prob(head_output, key, count):
     """``count`` reparameterised tanh-Gaussian samples per distribution and their log-probs:
-    dist_params {mean, log_std} [T, B, d] -> actions [count, T, B, d], log_probs [count,
-    T, B]. Each sequence (b) draws from its own key, the same draws however the B
-    sequences are split over devices."""
-    keys = parallel.example_keys(key, dist_params["mean"].shape[1])
+    {mean, log_std} [T, B, d] -> actions [count, T, B, d], log_probs [count, T, B]. Each
+    sequence (b) draws from its own key, the same draws however the B sequences are split
+    over devices."""
+    keys = parallel.example_keys(key, head_output["mean"].shape[1])
 
     def one_sequence(params, sequence_key):  # [T, d] -> [count, T, d], [count, T]
-        dist = _tanh_gaussian(params)
-        return dist.sample_and_log_prob(seed=sequence_key, sample_shape=(count,))
+        return tanh_gaussian(params).sample_and_log_prob(sequence_key, sample_shape=(count,))
 
-    return jax.vmap(one_sequence, in_axes=(1, 0), out_axes=(2, 2))(dist_params, keys)
-
-
-def _tanh_gaussian(params):
-    normal = distrax.MultivariateNormalDiag(params["mean"], jnp.exp(params["log_std"]))
-    return distrax.Transformed(normal, distrax.Block(distrax.Tanh(), ndims=1))
+    return jax.vmap(one_sequence, in_axes=(1, 0), out_axes=(2, 2))(head_output, keys)
 
 
 def behaviour_log_prob(experience: Experience):
     """``extras["log_prob"]``, or a clear error when the experience does not carry it."""
-    extras = experience.extras
-    if not isinstance(extras, dict) or "log_prob" not in extras:
-        names = sorted(extras) if isinstance(extras, dict) else []
-        raise MissingExtrasError(
-            "svg0 needs the behaviour policy's log-probabilities of the actions taken "
-            "(extras['log_prob']) for its importance weights; this experience has extras "
-            f"{names}: collect it with an agent that records log_prob"
-        )
-    return extras["log_prob"]
-
-
-# --------------------------------------------------------------------------- networks
-
-
-class _Networks(NamedTuple):
-    """How SVG0 runs its networks, feed-forward or recurrent (chosen once in make_svg0).
-
-    Policy-shaped networks (policy, prior) and critics, stepped for acting or unrolled over
-    [S, B] sequences from start states (``()`` for feed-forward networks):
-
-    init_policy(key) / init_critic(key) -> params
-    initial_state(batch_shape) -> a core state (``()`` feed-forward)
-    policy_step(params, state, observation [B], first [B]) -> (state, dist params [B])
-    critic_step(params, state, observation [B], action [B], first [B]) -> (state, Q [B])
-    policy_unroll(params, observation [S, B], first [S, B], start) -> dist params [S, B]
-    critic_unroll(params, observation, action, first, start) -> (Q [S, B], states before
-      each step [S, B, ...])
-    critic_at(params, states [..., S, B], observation, action, first) -> Q [..., S, B]: one
-      step from each given state (N sampled actions at once).
-    """
-
-    init_policy: Callable
-    init_critic: Callable
-    initial_state: Callable
-    policy_step: Callable
-    critic_step: Callable
-    policy_unroll: Callable
-    critic_unroll: Callable
-    critic_at: Callable
-
-
-def _feed_forward(spec: EnvSpec, config: SVG0Config, observation_size: int) -> _Networks:
-    policy = actor_critic.Policy(spec.action, config.hidden_sizes)
-    critic = actor_critic.Critic(spec.action, config.hidden_sizes)
-    observation = jnp.zeros((1, observation_size), jnp.float32)
-    action = jnp.zeros((1, len(spec.action.low)), jnp.float32)
-
-    def policy_step(params, state, observation, first):
-        return state, policy.apply(params, observation)
-
-    def critic_step(params, state, observation, action, first):
-        return state, critic.apply(params, observation, action)
-
-    def critic_unroll(params, observation, action, first, start):
-        return critic.apply(params, observation, action), ()
-
-    return _Networks(
-        init_policy=lambda key: policy.init(key, observation),
-        init_critic=lambda key: critic.init(key, observation, action),
-        initial_state=lambda batch_shape: (),
-        policy_step=policy_step,
-        critic_step=critic_step,
-        policy_unroll=lambda params, observation, first, start: policy.apply(params, observation),
-        critic_unroll=critic_unroll,
-        critic_at=lambda params, states, observation, action, first: critic.apply(
-            params, observation, action
-        ),
-    )
-
-
-def _recurrent(spec: EnvSpec, config: SVG0Config, observation_size: int) -> _Networks:
-    sizes = dict(hidden_sizes=config.hidden_sizes, core=config.core, core_size=config.core_size)
-    policy = recurrent_actor_critic.RecurrentPolicy(spec.action, **sizes)
-    critic = recurrent_actor_critic.RecurrentCritic(spec.action, **sizes)
-    observation = jnp.zeros((1, observation_size), jnp.float32)
-    action = jnp.zeros((1, len(spec.action.low)), jnp.float32)
-    first = jnp.ones((1,), bool)
-
-    def initial_state(batch_shape):
-        return zero_core_state(config.core, batch_shape, config.core_size)
-
-    def policy_unroll(params, observation, first, start):
-        def one_step(state, inputs):
-            return policy.apply(params, state, *inputs)
-
-        return jax.lax.scan(one_step, start, (observation, first))[1]
-
-    def critic_unroll(params, observation, action, first, start):
-        def one_step(state, inputs):
-            next_state, q = critic.apply(params, state, *inputs)
-            return next_state, (q, state)
-
-        return jax.lax.scan(one_step, start, (observation, action, first))[1]
-
-    return _Networks(
-        init_policy=lambda key: policy.init(key, initial_state(1), observation, first),
-        init_critic=lambda key: critic.init(key, initial_state(1), observation, action, first),
-        initial_state=initial_state,
-        policy_step=policy.apply,
-        critic_step=critic.apply,
-        policy_unroll=policy_unroll,
-        critic_unroll=critic_unroll,
-        critic_at=lambda params, states, observation, action, first: critic.apply(
-            params, states, observation, action, first
-        )[1],
+    return extra(
+        experience,
+        "log_prob",
+        "svg0",
+        "the behaviour policy's log-probabilities of the actions taken, for its importance "
+        "weights: collect it with an agent that records log_prob",
     )
 
 
 # --------------------------------------------------------------------------- the agent
 
 
-class _Inputs(NamedTuple):
+class Inputs(NamedTuple):
     """A sampled batch as the losses read it: [S, B] time-major, S = T+1."""
 
-    observation: Any  # [S, B, obs]
+    observation: Any  # [S, B, obs] flat
     action: Any  # [S, B, d] in [-1, 1]
     first: Any  # bool [S, B]
     mask: Any  # [T, B]: 0 for the restart transitions
     reward: Any  # [S, B]
     discount: Any  # [S, B]
     behaviour_log_prob: Any  # [S, B]
-    start: Any  # {"policy", "critic", "prior"}: start states of the unrolls ({} feed-forward)
+    start: Any  # {"policy", "critic", "prior"}: core states the unrolls start from
 
 
 class Terms(NamedTuple):
@@ -404,28 +256,31 @@ class Terms(NamedTuple):
     online_q: Any
 
 
-def make_svg0(spec: EnvSpec, config: SVG0Config) -> Agent:
+def make_svg0(spec: EnvSpec, config: SVG0Config, devices=None) -> Agent:
     """The SVG0 agent for ``spec`` (continuous actions)."""
-    return _build(spec, config)[0]
+    return _build(spec, config, devices)[0]
 
 
 def make_terms(spec: EnvSpec, config: SVG0Config) -> Callable:
     """``terms(state, batch [S, B], key) -> Terms``: the intermediates ``update`` computes
-    from the same arguments, for states of ``make_svg0(spec, config)`` (tests, debugging)."""
-    return _build(spec, config)[1]
+    from the same arguments, for states of ``make_svg0(spec, config)``."""
+    return _build(spec, config, None)[1]
 
 
-def _build(spec: EnvSpec, config: SVG0Config) -> tuple[Agent, Callable]:
+def _build(spec: EnvSpec, config: SVG0Config, devices) -> tuple[Agent, Callable]:
     action_spec = spec.action
     if action_spec.is_discrete:
         raise ConfigError(
             "svg0 needs continuous (Box) actions: it differentiates Q through reparameterised "
             "actions; use ppo or crr for discrete action spaces"
         )
+    warn_zero_start(config, "svg0")
     observation_size = math.prod(spec.observation_shape)
-    recurrent = config.core != "none"
-    networks = (_recurrent if recurrent else _feed_forward)(spec, config, observation_size)
-    use_rollout_state = config.use_rollout_state and recurrent
+    policy = make_network(config.network, PolicyHead(action_spec, std="state"), observation_size)
+    critic = make_network(
+        config.network, DenseHead((), None), observation_size + action_size(action_spec)
+    )
+    names = ("policy", "critic", "prior") if config.prior else ("policy", "critic")
     learning_rates = {
         name: as_schedule(getattr(config, f"{name}_learning_rate"))
         for name in ("policy", "critic", "prior")
@@ -441,20 +296,17 @@ def _build(spec: EnvSpec, config: SVG0Config) -> tuple[Agent, Callable]:
     }
     num_samples = config.num_action_samples
 
-    def flatten(observation):
-        return actor_critic.flat_observation(spec.observation_shape, observation)
+    def flat(observation):
+        return flat_observation(spec.observation_shape, observation)
 
-    def to_env(action):  # [-1, 1] -> the Box
-        return actor_critic.to_box(action_spec, action)
-
-    def from_env(action):  # the Box -> [-1, 1]
-        return actor_critic.from_box(action_spec, action)
+    def critic_input(observation, action):
+        return jnp.concatenate([observation, encode_action(action_spec, action)], axis=-1)
 
     def init(key) -> SVG0State:
         policy_key, critic_key, prior_key = jax.random.split(key, 3)
-        policy_params = networks.init_policy(policy_key)
-        critic_params = networks.init_critic(critic_key)
-        prior_params = networks.init_policy(prior_key) if config.prior else ()
+        policy_params = policy.init(policy_key)
+        critic_params = critic.init(critic_key)
+        prior_params = policy.init(prior_key) if config.prior else ()
         return SVG0State(
             policy_params,
             critic_params,
@@ -469,58 +321,48 @@ def _build(spec: EnvSpec, config: SVG0Config) -> tuple[Agent, Callable]:
         )
 
     def initial_carry(batch_size):
-        if not recurrent:
-            return ()
-        names = ("policy", "critic", "prior") if config.prior else ("policy", "critic")
-        return {name: networks.initial_state(batch_size) for name in names}
+        shape = (batch_size,)
+        nets = {"policy": policy, "critic": critic, "prior": policy}
+        return {name: nets[name].initial_state(shape) for name in names}
 
-    def act(state: SVG0State, timestep: TimeStep, carry, key, mode="rollout", temperature=1.0):
-        observation = flatten(timestep.observation)
-        first = timestep.is_first()
-        policy_state, dist_params = networks.policy_step(
-            state.policy_params, carry["policy"] if recurrent else (), observation, first
+    def act(state: SVG0State, timestep: TimeStep, carry, key):
+        observation, first = flat(timestep.observation), timestep.is_first()
+        policy_state, head_output = policy.step(
+            state.policy_params, carry["policy"], observation, first
         )
-        if mode == "predict":
-            action = actor_critic.sample(action_spec, dist_params, key, temperature)
-            carry = dict(carry, policy=policy_state) if recurrent else carry
-            return to_env(action), carry, {}
-        if mode != "rollout":
-            raise ValueError(f"act mode must be 'rollout' or 'predict', got {mode!r}")
-        behaviour = with_exploration_noise(dist_params, config.exploration_noise)
-        action = actor_critic.sample(action_spec, behaviour, key)
-        log_prob = actor_critic.log_prob(action_spec, behaviour, action)
-        if recurrent:
-            carry = step_carry(state, carry, policy_state, observation, action, first)
-        return to_env(action), carry, {"log_prob": log_prob}
-
-    def step_carry(state: SVG0State, carry, policy_state, observation, action, first):
-        """Every network's core state after this step, for training from rollout states."""
-        new_carry = {
-            "policy": policy_state,
-            "critic": networks.critic_step(
-                state.critic_params, carry["critic"], observation, action, first
-            )[0],
-        }
+        behaviour = tanh_gaussian(with_exploration_noise(head_output, config.exploration_noise))
+        action, log_prob = behaviour.sample_and_log_prob(key)
+        new_carry = {"policy": policy_state, "critic": carry["critic"]}
+        if critic.recurrent:  # every network's memory follows the steps taken
+            new_carry["critic"] = critic.step(
+                state.critic_params, carry["critic"], critic_input(observation, action), first
+            )[0]
         if config.prior:
-            new_carry["prior"] = networks.policy_step(
+            new_carry["prior"] = policy.step(
                 state.prior_params, carry["prior"], observation, first
             )[0]
-        return new_carry
+        extras = {"log_prob": log_prob}
+        if config.use_rollout_state:
+            extras[ROLLOUT_STATE] = carry
+        return to_box(action_spec, action), new_carry, extras
 
-    def preprocess(state, experience: Experience):
-        behaviour_log_prob(experience)  # a clear error before anything is traced further
-        return experience
+    def policy_fn(state: SVG0State, timestep: TimeStep, carry, key, temperature):
+        policy_state, head_output = policy.step(
+            state.policy_params, carry["policy"], flat(timestep.observation), timestep.is_first()
+        )
+        action = tanh_gaussian(head_output).sample(key, temperature)
+        return to_box(action_spec, action), dict(carry, policy=policy_state)
 
-    def inputs_of(batch: Experience) -> _Inputs:
+    def inputs_of(batch: Experience) -> Inputs:
         first = batch.step_type == StepType.FIRST
-        batch_size = first.shape[1]
-        if use_rollout_state:
-            start = jax.tree.map(lambda x: x[0], batch.state)
+        if config.use_rollout_state:
+            recorded = extra(batch, ROLLOUT_STATE, "svg0", "use_rollout_state")
+            start = jax.tree.map(lambda x: x[0], recorded)
         else:
-            start = initial_carry(batch_size) if recurrent else {}  # feed-forward: none
-        return _Inputs(
-            observation=flatten(batch.observation),
-            action=from_env(batch.action),
+            start = initial_carry(first.shape[1])
+        return Inputs(
+            observation=flat(batch.observation),
+            action=from_box(action_spec, batch.action),
             first=first,
             mask=restart_masks(first),
             reward=batch.reward,
@@ -529,53 +371,44 @@ def _build(spec: EnvSpec, config: SVG0Config) -> tuple[Agent, Callable]:
             start=start,
         )
 
-    def start_of(inputs: _Inputs, name: str):
-        return inputs.start.get(name, ())
+    def policy_unroll(params, name: str, inputs: Inputs):
+        """Head outputs [S, B] of a policy-shaped network (policy or prior)."""
+        return policy.unroll(params, inputs.start[name], inputs.observation, inputs.first)[1]
 
-    def tiled(x):
-        return jnp.broadcast_to(x, (num_samples,) + x.shape)
+    def critic_unroll(params, inputs: Inputs):
+        """(Q at the taken actions [S, B], the critic's state before each step)."""
+        taken = critic_input(inputs.observation, inputs.action)
+        _, q, states = critic.unroll(params, inputs.start["critic"], taken, inputs.first)
+        return q, states
 
-    def expected_q(critic_params, critic_states, inputs: _Inputs, actions):
+    def expected_q(critic_params, critic_states, inputs: Inputs, actions):
         """mean_n Q(s_t, a_n) [S, B] for sampled actions [N, S, B, d]."""
-        q = networks.critic_at(
+        q = critic.step(
             critic_params,
-            jax.tree.map(tiled, critic_states),
-            tiled(inputs.observation),
-            actions,
-            tiled(inputs.first),
-        )
+            tile(num_samples, critic_states),
+            critic_input(tile(num_samples, inputs.observation), actions),
+            tile(num_samples, inputs.first),
+        )[1]
         return jnp.mean(q, axis=0)
 
-    def kl_to_target_prior(state: SVG0State, policy_dist, inputs: _Inputs):
+    def kl_to_target_prior(state: SVG0State, head_output, inputs: Inputs):
         """KL(pi_online || prior_target) [S, B]; exactly 0 without a prior."""
         if not config.prior:
             return jnp.zeros(inputs.first.shape, jnp.float32)
-        prior_dist = networks.policy_unroll(
-            state.target_prior_params, inputs.observation, inputs.first, start_of(inputs, "prior")
-        )
-        return gaussian_kl(policy_dist, prior_dist)
+        prior_output = policy_unroll(state.target_prior_params, "prior", inputs)
+        return tanh_gaussian(head_output).kl(tanh_gaussian(prior_output))
 
-    def targets(state: SVG0State, inputs: _Inputs, key, gamma):
+    def targets(state: SVG0State, inputs: Inputs, key, gamma):
         """The Retrace targets and what they are built from (no gradient flows out)."""
-        target_dist = networks.policy_unroll(
-            state.target_policy_params, inputs.observation, inputs.first, start_of(inputs, "policy")
-        )
-        target_q, critic_states = networks.critic_unroll(
-            state.target_critic_params,
-            inputs.observation,
-            inputs.action,
-            inputs.first,
-            start_of(inputs, "critic"),
-        )
-        samples, _ = sample_with_log_prob(target_dist, key, num_samples)
+        target_output = policy_unroll(state.target_policy_params, "policy", inputs)
+        target_q, critic_states = critic_unroll(state.target_critic_params, inputs)
+        samples, _ = sample_with_log_prob(target_output, key, num_samples)
         target_v = expected_q(state.target_critic_params, critic_states, inputs, samples)
-        online_dist = networks.policy_unroll(
-            state.policy_params, inputs.observation, inputs.first, start_of(inputs, "policy")
-        )
-        kl = kl_to_target_prior(state, online_dist, inputs)
+        online_output = policy_unroll(state.policy_params, "policy", inputs)
+        kl = kl_to_target_prior(state, online_output, inputs)
         target_v = target_v - config.distillation_cost * kl
         log_rhos = log_importance_weights(
-            actor_critic.log_prob(action_spec, target_dist, inputs.action),
+            tanh_gaussian(target_output).log_prob(inputs.action),
             inputs.behaviour_log_prob,
             inputs.mask,
         )
@@ -590,28 +423,20 @@ def _build(spec: EnvSpec, config: SVG0Config) -> tuple[Agent, Callable]:
         partial = Terms(log_rhos, inputs.mask, target_q, target_v, kl, qs, None)
         return jax.lax.stop_gradient((partial, critic_states))
 
-    def critic_loss(critic_params, inputs: _Inputs, retrace_qs):
-        online_q, _ = networks.critic_unroll(
-            critic_params,
-            inputs.observation,
-            inputs.action,
-            inputs.first,
-            start_of(inputs, "critic"),
-        )
+    def critic_loss(critic_params, inputs: Inputs, retrace_qs):
+        online_q, _ = critic_unroll(critic_params, inputs)
         loss = critic_loss_from(retrace_qs, online_q[:-1], inputs.mask)
         return loss, online_q[:-1]
 
-    def policy_and_prior_loss(params, state: SVG0State, inputs: _Inputs, critic_states, key):
+    def policy_and_prior_loss(params, state: SVG0State, inputs: Inputs, critic_states, key):
         """The policy's loss plus the prior's; each gets the gradient of its own part only
         (the prior's loss sees the policy without gradient; the policy's the target prior)."""
         policy_params, prior_params = params
-        dist = networks.policy_unroll(
-            policy_params, inputs.observation, inputs.first, start_of(inputs, "policy")
-        )
-        actions, log_probs = sample_with_log_prob(dist, key, num_samples)
+        head_output = policy_unroll(policy_params, "policy", inputs)
+        actions, log_probs = sample_with_log_prob(head_output, key, num_samples)
         q = expected_q(state.target_critic_params, critic_states, inputs, actions)
         entropy = -jnp.mean(log_probs, axis=0)
-        kl = kl_to_target_prior(state, dist, inputs)
+        kl = kl_to_target_prior(state, head_output, inputs)
         policy_loss = policy_loss_from(
             q, entropy, kl, inputs.mask, config.entropy_cost, config.distillation_cost
         )
@@ -622,17 +447,15 @@ def _build(spec: EnvSpec, config: SVG0Config) -> tuple[Agent, Callable]:
         }
         if not config.prior:
             return policy_loss, metrics
-        prior_dist = networks.policy_unroll(
-            prior_params, inputs.observation, inputs.first, start_of(inputs, "prior")
-        )
-        prior_kl = gaussian_kl(jax.lax.stop_gradient(dist), prior_dist)
+        prior_output = policy_unroll(prior_params, "prior", inputs)
+        prior_kl = tanh_gaussian(jax.lax.stop_gradient(head_output)).kl(tanh_gaussian(prior_output))
         prior_loss = masked_mean(prior_kl[:-1], inputs.mask)
         metrics["loss/prior"] = prior_loss
         metrics["svg0/kl_to_target_prior"] = masked_mean(kl[:-1], inputs.mask)
         return policy_loss + prior_loss, metrics
 
     def terms(state: SVG0State, batch: Experience, key) -> Terms:
-        """Every intermediate of ``update`` on ``batch`` [S, B] with ``key`` (for tests)."""
+        """Every intermediate of ``update`` on ``batch`` [S, B] with ``key``."""
         inputs = inputs_of(batch)
         target_key, _ = jax.random.split(key)
         partial, _ = targets(state, inputs, target_key, discount(state.update_step))
@@ -681,36 +504,43 @@ def _build(spec: EnvSpec, config: SVG0Config) -> tuple[Agent, Callable]:
             return optax.periodic_update(online, old, step, config.target_update_period)
 
         new_state = SVG0State(
-            policy_params,
-            critic_params,
-            prior_params,
-            target(policy_params, state.target_policy_params),
-            target(critic_params, state.target_critic_params),
-            target(prior_params, state.target_prior_params),
-            policy_opt_state,
-            critic_opt_state,
-            prior_opt_state,
-            step,
+            policy_params=policy_params,
+            critic_params=critic_params,
+            prior_params=prior_params,
+            target_policy_params=target(policy_params, state.target_policy_params),
+            target_critic_params=target(critic_params, state.target_critic_params),
+            target_prior_params=target(prior_params, state.target_prior_params),
+            policy_opt_state=policy_opt_state,
+            critic_opt_state=critic_opt_state,
+            prior_opt_state=prior_opt_state,
+            update_step=step,
         )
         metrics["grad_norm/critic"] = optax.tree.norm(critic_grads)
         metrics["grad_norm/policy"] = optax.tree.norm(policy_grads)
         for name, rate in learning_rates.items():
-            if not rate.is_constant and (name != "prior" or config.prior):
+            if not rate.is_constant and name in names:
                 metrics[f"schedule/{name}_learning_rate"] = rate(state.update_step)
         return new_state, metrics
 
+    sharded = learning.data_parallel(update, devices or jax.devices(), "svg0", config.batch_size)
     agent = Agent(
         name="svg0",
         config=config,
         spec=spec,
-        schedule=replay_schedule(
-            "svg0", config, config.sequence_length, recurrent, use_rollout_state
-        ),
+        unroll_length=config.unroll_length,
         init=init,
         initial_carry=initial_carry,
         act=act,
-        preprocess=preprocess,
-        update=update,
+        policy=policy_fn,
+        update=sharded,
+        make_replay=lambda num_envs, name=None, **sizes: learning.make_off_policy_replay(
+            "svg0", config, num_envs, name, **sizes
+        ),
+        learn=learning.replay_updates(sharded, config.sequence_length, config.batch_size),
         params=lambda state: state.policy_params,
+        replayers=("uniform", "cycle_one_time"),
     )
     return agent, terms
+
+
+__all__ = ["MissingExtrasError", "SVG0Config", "SVG0State", "Terms", "make_svg0", "make_terms"]

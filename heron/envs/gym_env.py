@@ -1,23 +1,31 @@
-"""Gymnasium vector environments stepped on the host, behind heron's TimeStep protocol.
+"""Gymnasium vector environments behind heron's TimeStep protocol, callable from compiled
+code: ``reset`` and ``step`` reach the host environment through ``jax.experimental.
+io_callback``, so a training iteration with a Gymnasium env compiles whole like one with a
+JAX env (the host steps the environment when the compiled loop asks it to).
 
 Gymnasium 1.x "next-step" auto-reset matches heron's convention exactly: the step that
 ends an episode returns its final observation (heron's LAST step), and the following
 ``step`` call resets that sub-environment, ignores its action and returns the first
 observation with reward 0 (heron's FIRST step).
+
+The host environment's state lives outside JAX: it cannot be saved in a checkpoint, and two
+compiled programs that step the same GymEnv share it.
 """
 
 from __future__ import annotations
 
 import gymnasium
 import jax
+import jax.numpy as jnp
 import numpy as np
+from jax.experimental import io_callback
 
 from heron.specs import EnvSpec, action_spec_from_space, observation_shape_from_space
 from heron.types import StepType, TimeStep
 
 
 class GymEnv:
-    """A Gymnasium vector env; ``reset`` / ``step`` mirror JaxEnv's, with host state."""
+    """A Gymnasium vector env; ``reset`` / ``step`` mirror JaxEnv's (the state is a dummy)."""
 
     is_jax = False
 
@@ -37,26 +45,41 @@ class GymEnv:
             max_episode_steps=max_episode_steps,
         )
         self._needs_reset = np.zeros(num_envs, bool)
+        n = num_envs
+        self._timestep_shapes = TimeStep(
+            step_type=jax.ShapeDtypeStruct((n,), jnp.int32),
+            reward=jax.ShapeDtypeStruct((n,), jnp.float32),
+            discount=jax.ShapeDtypeStruct((n,), jnp.float32),
+            observation=jax.ShapeDtypeStruct((n,) + self.spec.observation_shape, jnp.float32),
+        )
 
     def with_num_envs(self, num_envs: int) -> GymEnv:
+        """Another host environment of the same id with ``num_envs`` sub-environments."""
         return GymEnv(self._make_vector_env, num_envs, self.name, self.spec.max_episode_steps)
 
     def close(self):
         self._env.close()
 
-    def reset(self, key) -> tuple[None, TimeStep]:
-        seed = int(jax.random.randint(key, (), 0, 2**31 - 1))
-        obs, _ = self._env.reset(seed=seed)
+    def reset(self, key) -> tuple[jax.Array, TimeStep]:
+        seed = jax.random.randint(key, (), 0, 2**31 - 1)
+        return jnp.zeros((), jnp.int32), io_callback(self._host_reset, self._timestep_shapes, seed)
+
+    def step(self, state, action, key=None) -> tuple[jax.Array, TimeStep]:
+        del key
+        return state, io_callback(self._host_step, self._timestep_shapes, action)
+
+    def _host_reset(self, seed) -> TimeStep:
+        obs, _ = self._env.reset(seed=int(seed))
         self._needs_reset = np.zeros(self.num_envs, bool)
         n = self.num_envs
-        return None, TimeStep(
+        return TimeStep(
             step_type=np.full(n, StepType.FIRST, np.int32),
             reward=np.zeros(n, np.float32),
             discount=np.ones(n, np.float32),
             observation=np.asarray(obs, np.float32),
         )
 
-    def step(self, state, action, key=None) -> tuple[None, TimeStep]:
+    def _host_step(self, action) -> TimeStep:
         action = np.asarray(action)
         if self.spec.action.is_discrete:
             action = action.astype(np.int64)
@@ -67,7 +90,7 @@ class GymEnv:
         last = np.logical_or(terminated, truncated) & ~reset
         self._needs_reset = last
         step_type = np.where(reset, StepType.FIRST, np.where(last, StepType.LAST, StepType.MID))
-        return None, TimeStep(
+        return TimeStep(
             step_type=step_type.astype(np.int32),
             reward=np.where(reset, 0.0, reward).astype(np.float32),
             discount=np.where(np.asarray(terminated) & ~reset, 0.0, 1.0).astype(np.float32),

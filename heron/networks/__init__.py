@@ -1,10 +1,25 @@
-"""Flax networks: torsos, heads and the policy-and-value network."""
+"""Networks: one interface for feed-forward and recurrent networks, their torsos, cores and
+heads, and one distributions module."""
 
-from heron.networks.distributions import (
-    action_distribution,
-    greedy_action,
-    sample_action,
+from heron.networks import distributions
+from heron.networks.modules import CORES, DenseHead, Heads, PolicyHead
+from heron.networks.network import (
+    Network,
+    NetworkConfig,
+    flat_observation,
+    make_network,
+    stack,
 )
-from heron.networks.policy_value import MLP, PolicyValueNet
 
-__all__ = ["MLP", "PolicyValueNet", "action_distribution", "greedy_action", "sample_action"]
+__all__ = [
+    "CORES",
+    "DenseHead",
+    "Heads",
+    "Network",
+    "NetworkConfig",
+    "PolicyHead",
+    "distributions",
+    "flat_observation",
+    "make_network",
+    "stack",
+]

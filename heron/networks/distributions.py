@@ -1,7 +1,11 @@
-"""Action distributions from head outputs, with temperature and greedy selection.
+"""Action distributions, one module for every agent: categorical, multi-categorical (equal
+MultiDiscrete, per-control log-probabilities), Gaussian and tanh-Gaussian.
 
-Discrete heads output logits [..., n] (or [..., k, n] for k controls); continuous heads
-output a dict with ``mean`` [..., d] and ``log_std`` [..., d].
+Each is built from a policy head's output and offers ``sample(key, temperature)`` (0 is
+greedy: the mode), ``sample_and_log_prob(key)`` (reparameterised where continuous),
+``log_prob``, ``mode`` and, where it has a closed form, ``entropy``. Temperature scales the
+logits (1 / T) or the standard deviation (x T); temperatures below ``GREEDY_BELOW`` act
+greedily, so a tiny temperature never divides logits into infinities.
 """
 
 from __future__ import annotations
@@ -12,28 +16,123 @@ import jax.numpy as jnp
 
 from heron.specs import ActionSpec
 
-
-def action_distribution(spec: ActionSpec, dist_params, temperature=1.0):
-    """The distrax distribution of actions; ``temperature`` scales logits or the std."""
-    if spec.is_discrete:
-        dist = distrax.Categorical(logits=dist_params / temperature)
-        return distrax.Independent(dist, 1) if spec.multi_control else dist
-    std = jnp.exp(dist_params["log_std"]) * temperature
-    return distrax.MultivariateNormalDiag(dist_params["mean"], std)
+GREEDY_BELOW = 1e-6  # temperatures under this act greedily (the mode)
+_EDGE = 1e-6  # keeps squashed actions off +-1, where tanh is not invertible
 
 
-def greedy_action(spec: ActionSpec, dist_params):
-    if spec.is_discrete:
-        return jnp.argmax(dist_params, axis=-1).astype(jnp.int32)
-    return dist_params["mean"]
-
-
-def sample_action(spec: ActionSpec, dist_params, key, temperature=1.0):
-    """Samples at ``temperature``; temperature 0 means greedy (may be a traced scalar)."""
+def _tempered(temperature):
+    """(safe temperature, greedy flag): the flag where the temperature is (almost) 0."""
     temperature = jnp.asarray(temperature, jnp.float32)
-    safe_temperature = jnp.where(temperature > 0, temperature, 1.0)
-    sampled = action_distribution(spec, dist_params, safe_temperature).sample(seed=key)
-    greedy = greedy_action(spec, dist_params)
-    return jax.tree.map(
-        lambda s, g: jnp.where(temperature > 0, s, g).astype(g.dtype), sampled, greedy
-    )
+    greedy = temperature < GREEDY_BELOW
+    return jnp.where(greedy, 1.0, temperature), greedy
+
+
+class Categorical:
+    """One categorical control: logits [..., n] -> actions int32 [...]."""
+
+    def __init__(self, logits):
+        self.logits = logits
+
+    def _dist(self, temperature=1.0):
+        return distrax.Categorical(logits=self.logits / temperature)
+
+    def mode(self):
+        return jnp.argmax(self.logits, axis=-1).astype(jnp.int32)
+
+    def sample(self, key, temperature=1.0):
+        safe, greedy = _tempered(temperature)
+        sampled = self._dist(safe).sample(seed=key).astype(jnp.int32)
+        return jnp.where(greedy, self.mode(), sampled)
+
+    def log_prob(self, action):
+        return self._dist().log_prob(action)
+
+    def sample_and_log_prob(self, key):
+        action = self.sample(key)
+        return action, self.log_prob(action)
+
+    def entropy(self):
+        return self._dist().entropy()
+
+
+class MultiCategorical(Categorical):
+    """k equal categorical controls: logits [..., k, n] -> actions int32 [..., k]; joint
+    log-probabilities sum the controls', ``log_prob_per_control`` keeps them apart."""
+
+    def log_prob_per_control(self, action):
+        return distrax.Categorical(logits=self.logits).log_prob(action)
+
+    def log_prob(self, action):
+        return jnp.sum(self.log_prob_per_control(action), axis=-1)
+
+    def entropy(self):
+        return jnp.sum(distrax.Categorical(logits=self.logits).entropy(), axis=-1)
+
+
+class Gaussian:
+    """A diagonal Gaussian over Box actions: mean, log_std [..., d] -> actions [..., d]."""
+
+    def __init__(self, mean, log_std):
+        self.mean, self.log_std = mean, log_std
+
+    def _dist(self, temperature=1.0):
+        return distrax.MultivariateNormalDiag(self.mean, jnp.exp(self.log_std) * temperature)
+
+    def mode(self):
+        return self.mean
+
+    def sample(self, key, temperature=1.0):
+        safe, greedy = _tempered(temperature)
+        return jnp.where(greedy, self.mode(), self._dist(safe).sample(seed=key))
+
+    def sample_and_log_prob(self, key, sample_shape=()):
+        return self._dist().sample_and_log_prob(seed=key, sample_shape=sample_shape)
+
+    def log_prob(self, action):
+        return self._dist().log_prob(action)
+
+    def entropy(self):
+        return self._dist().entropy()
+
+    def kl(self, other: Gaussian):
+        """KL(self || other), analytic."""
+        return self._dist().kl_divergence(other._dist())
+
+
+class TanhGaussian(Gaussian):
+    """A Gaussian squashed by tanh into (-1, 1)^d (agents map it onto the Box); the mode is
+    tanh(mean). No closed-form entropy; ``kl`` is the pre-tanh Gaussians' KL, which equals
+    the squashed one's (tanh is a bijection)."""
+
+    def _dist(self, temperature=1.0):
+        return distrax.Transformed(super()._dist(temperature), distrax.Block(distrax.Tanh(), 1))
+
+    def _normal(self):
+        return super()._dist()
+
+    def mode(self):
+        return jnp.tanh(self.mean)
+
+    def log_prob(self, action):
+        return self._dist().log_prob(jnp.clip(action, -1.0 + _EDGE, 1.0 - _EDGE))
+
+    def entropy(self):
+        raise NotImplementedError("a tanh-Gaussian has no closed-form entropy: use samples")
+
+    def kl(self, other: Gaussian):
+        return self._normal().kl_divergence(other._normal())
+
+
+def make(spec: ActionSpec, params, squash: bool = False):
+    """The distribution of ``spec``'s actions from a policy head's output: logits for
+    discrete actions, ``{"mean", "log_std"}`` for Box actions (tanh-squashed when
+    ``squash``)."""
+    if spec.is_discrete:
+        return MultiCategorical(params) if spec.multi_control else Categorical(params)
+    family = TanhGaussian if squash else Gaussian
+    return family(params["mean"], params["log_std"])
+
+
+def tree_where(condition, x, y):
+    """Elementwise choice between two pytrees of the same structure."""
+    return jax.tree.map(lambda a, b: jnp.where(condition, a, b), x, y)

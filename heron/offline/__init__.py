@@ -1,12 +1,12 @@
-"""Offline RL: Minari datasets on local disk, collection from trained policies, and
-training from data (the environment only evaluates).
+"""Offline RL: Minari datasets on local disk, collection from trained policies, and a
+dataset as a source of experience (the environment only evaluates).
 
-    from heron.offline import read_dataset, write_dataset, collect
+    from heron.offline import read_dataset, write_dataset, to_steps
     dataset = read_dataset("data/pendulum-medium")
     steps = to_steps(dataset.episodes, np.float32)   # heron steps [N], FIRST .. LAST
 """
 
-from heron.offline.collect import CollectError, collect
+from heron.offline.collect import CollectError, collect_episodes
 from heron.offline.dataset import (
     Dataset,
     DatasetError,
@@ -18,20 +18,18 @@ from heron.offline.dataset import (
     to_steps,
     write_dataset,
 )
-from heron.offline.training import OfflineData, load_offline_data, make_offline_program
+from heron.offline.source import DatasetSource
 
 __all__ = [
     "CollectError",
     "Dataset",
     "DatasetError",
+    "DatasetSource",
     "Episode",
-    "OfflineData",
     "check_against_env",
-    "collect",
+    "collect_episodes",
     "episodes_from_steps",
     "gym_spaces",
-    "load_offline_data",
-    "make_offline_program",
     "read_dataset",
     "to_steps",
     "write_dataset",

@@ -1,13 +1,13 @@
-"""Datasets from trained policies: ``collect(run_dir, episodes, out)``.
+"""Datasets from trained policies: ``collect_episodes`` (``heron.api.collect`` reads a run
+directory and writes the dataset).
 
-The latest checkpoint of a run plays ``episodes`` whole episodes, each on its own
+A trained policy plays ``episodes`` whole episodes, each on its own
 environment (so short episodes are not over-represented, as they would be if the first
 episodes to end were kept), in batches of at most ``MAX_PARALLEL`` environments. Acting:
 
-- no temperature: the training behaviour policy, ``act(mode="rollout")``; its extras (e.g.
-  behaviour log-probabilities) are written into the dataset's infos;
-- ``temperature=T``: ``act(mode="predict", temperature=T)`` (0 is greedy), with whatever
-  extras that mode reports;
+- no temperature: the training behaviour policy, ``act``; its array extras (e.g. behaviour
+  log-probabilities) are written into the dataset's infos;
+- ``temperature=T``: ``policy(..., temperature=T)`` (0 is greedy), which reports no extras;
 - ``epsilon=E``: each step, with probability E, a uniformly random action replaces the
   policy's. The extras then no longer describe the behaviour, so none are written.
 
@@ -18,14 +18,12 @@ and reward scaling); actions as executed (continuous ones clipped to the bounds)
 from __future__ import annotations
 
 import math
-import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from heron import envs
-from heron.offline.dataset import Episode, episodes_from_steps, gym_spaces, write_dataset
+from heron.offline.dataset import Episode, episodes_from_steps
 from heron.specs import ActionSpec
 from heron.types import Experience, StepType
 
@@ -53,11 +51,10 @@ def make_policy_step(agent, pipeline, temperature: float | None, epsilon: float)
         act_key, coin_key, random_key = jax.random.split(key, 3)
         observations, timestep = pipeline.apply(observations, raw, update_stats=False)
         if temperature is None:
-            action, carry, extras = agent.act(agent_state, timestep, carry, act_key, "rollout")
+            action, carry, extras = agent.act(agent_state, timestep, carry, act_key)
         else:
-            action, carry, extras = agent.act(
-                agent_state, timestep, carry, act_key, mode="predict", temperature=temperature
-            )
+            action, carry = agent.policy(agent_state, timestep, carry, act_key, temperature)
+            extras = {}
         if epsilon > 0:
             batch = raw.step_type.shape[0]
             explore = jax.random.uniform(coin_key, (batch,)) < epsilon
@@ -81,7 +78,7 @@ def rollout_episodes(env, agent, pipeline, agent_state, observations, policy_ste
     """Every env of ``env`` plays one episode; returns (episodes, returns [B] float64)."""
     n = env.num_envs
     step_policy = jax.jit(policy_step)
-    step_env = jax.jit(env.step) if env.is_jax else env.step
+    step_env = jax.jit(env.step)
     reset_key, key = jax.random.split(key)
     env_state, raw = env.reset(reset_key)
     observations = pipeline.with_history_for(observations, n)
@@ -116,37 +113,16 @@ def rollout_episodes(env, agent, pipeline, agent_state, observations, policy_ste
     return episodes, returns
 
 
-def collect(
-    run_dir: str,
-    episodes: int,
-    out: str,
-    temperature: float | None = None,
-    epsilon: float = 0.0,
-    seed: int = 0,
-) -> dict:
-    """Rolls out the latest checkpoint of ``run_dir`` for ``episodes`` episodes and writes
-    them as a Minari dataset at ``out``; returns the JSON line's fields."""
-    from heron.training.evaluate_run import load_run
-
-    if episodes <= 0:
-        raise CollectError(f"episodes must be > 0, got {episodes}")
-    if temperature is not None and not temperature >= 0:
-        raise CollectError(f"temperature must be >= 0, got {temperature}")
-    if not 0.0 <= epsilon <= 1.0:
-        raise CollectError(f"epsilon must be in [0, 1], got {epsilon}")
-    if os.path.exists(os.path.join(out, "metadata.json")):
-        raise CollectError(f"{out!r} already holds a dataset; choose another --out")
-    setup, _, state, checkpoint = load_run(run_dir)
-    agent, pipeline, run = setup.agent, setup.pipeline, setup.run
-    first_seed = jax.tree.map(lambda x: x[0], (state.agent_state, state.observations))
-    agent_state, observations = first_seed
-    policy_step = make_policy_step(agent, pipeline, temperature, epsilon)
-    key = jax.random.PRNGKey(seed)
+def collect_episodes(
+    make_env, agent, pipeline, agent_state, observations, episodes: int, policy_step, key
+):
+    """``episodes`` whole episodes of ``policy_step`` on environments from ``make_env(n)``,
+    at most ``MAX_PARALLEL`` at a time; returns (episodes, returns [episodes] float64)."""
     collected: list[Episode] = []
     all_returns = []
     for batch in range(math.ceil(episodes / MAX_PARALLEL)):
         n = min(MAX_PARALLEL, episodes - batch * MAX_PARALLEL)
-        env = envs.make(run.env, n, run.max_timestep)
+        env = make_env(n)
         batch_episodes, returns = rollout_episodes(
             env,
             agent,
@@ -160,35 +136,4 @@ def collect(
         all_returns.append(returns)
         if hasattr(env, "close"):
             env.close()
-    returns = np.concatenate(all_returns)
-    observation_space, action_space = gym_spaces(setup.pipeline.env_spec)
-    write_dataset(
-        out,
-        collected,
-        observation_space,
-        action_space,
-        metadata={
-            "algorithm_name": f"heron {setup.algo}",
-            "heron_env": run.env,
-            "heron_run_dir": os.path.abspath(run_dir),
-            "heron_checkpoint": int(checkpoint),
-            "heron_temperature": temperature,
-            "heron_epsilon": epsilon,
-            "heron_seed": seed,
-        },
-    )
-    return {
-        "out": out,
-        "episodes": len(collected),
-        "steps": int(sum(e.num_steps for e in collected)),
-        "return_mean": float(returns.mean()),
-        "return_std": float(returns.std()),
-        "return_min": float(returns.min()),
-        "return_max": float(returns.max()),
-        "run_dir": run_dir,
-        "checkpoint": int(checkpoint),
-        "env": run.env,
-        "temperature": temperature,
-        "epsilon": epsilon,
-        "extras": sorted(collected[0].extras),
-    }
+    return collected, np.concatenate(all_returns)

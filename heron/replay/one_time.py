@@ -1,31 +1,65 @@
-"""``one_time``: holds exactly the last collection; everything is replayed once, then cleared."""
+"""``one_time``: the last unroll of every environment, replayed once (on-policy).
+
+Each lane keeps a window of ``unroll_length + 1`` steps: the last unroll and the step
+before it, whose successor it bootstraps. ``sample`` returns the window once
+``unroll_length`` new steps have arrived since the last sample, and marks them consumed.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+from heron.replay.base import check_lanes, positive_int
 
 
 class OneTimeState(NamedTuple):
-    experience: Any  # [B, T, ...]: the last collection
-    filled: jax.Array  # bool: whether it holds data not yet replayed
+    window: Any  # leaves [num_envs, unroll_length + 1, ...]: oldest first
+    fresh: jax.Array  # int32 []: steps added since the last sample
 
 
+def shift_in(window, steps):
+    """``window`` [B, W, ...] with ``steps`` [B, k, ...] appended and the oldest k dropped."""
+    width = window.shape[1]
+    return jnp.concatenate([window, steps], axis=1)[:, -width:]
+
+
+@dataclass(frozen=True)
 class OneTimeReplay:
-    """On-policy replay: ``add`` replaces the contents, ``replay_all`` returns them."""
+    """On-policy replay: batches [num_envs, unroll_length + 1, ...], each unroll once."""
 
-    def init(self, example_experience) -> OneTimeState:
-        zeros = jax.tree.map(jnp.zeros_like, example_experience)
-        return OneTimeState(zeros, jnp.zeros((), bool))
+    num_envs: int
+    unroll_length: int
+    name: str = "one_time"
 
-    def add(self, state: OneTimeState, experience) -> OneTimeState:
-        del state
-        return OneTimeState(experience, jnp.ones((), bool))
+    def __post_init__(self) -> None:
+        positive_int("num_envs", self.num_envs)
+        positive_int("unroll_length", self.unroll_length)
 
-    def replay_all(self, state: OneTimeState):
-        return state.experience
+    def init(self, example_step: Any) -> OneTimeState:
+        """An empty window shaped after one step [num_envs, ...]."""
+        window = jax.tree.map(
+            lambda x: jnp.zeros((self.num_envs, self.unroll_length + 1) + np.shape(x)[1:], x.dtype),
+            example_step,
+        )
+        return OneTimeState(window, jnp.zeros((), jnp.int32))
 
-    def clear(self, state: OneTimeState) -> OneTimeState:
-        return state._replace(filled=jnp.zeros((), bool))
+    def add(self, state: OneTimeState, steps: Any, actor: Any = 0) -> OneTimeState:
+        """Appends steps [num_envs, k, ...] (``actor`` is ignored: one actor)."""
+        del actor
+        num_steps = check_lanes(steps, self.num_envs, "steps")
+        window = jax.tree.map(shift_in, state.window, steps)
+        return OneTimeState(window, state.fresh + num_steps)
+
+    def can_sample(self, state: OneTimeState) -> jax.Array:
+        return state.fresh >= self.unroll_length
+
+    def sample(self, state: OneTimeState, key: jax.Array) -> tuple[Any, OneTimeState]:
+        """The window [num_envs, unroll_length + 1, ...], consumed (meaningful when
+        ``can_sample``); deterministic, ``key`` is unused."""
+        del key
+        return state.window, state._replace(fresh=jnp.zeros_like(state.fresh))

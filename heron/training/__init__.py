@@ -1,6 +1,7 @@
-"""The driver, evaluation, checkpoints and logs."""
+"""The driver, sources of experience, evaluation, checkpoints and logs (``heron.api`` builds
+runs from a RunConfig)."""
 
 from heron.training.config import RunConfig
-from heron.training.driver import Setup, TrainingError, build, params_digest, resume, train
+from heron.training.driver import Setup, TrainingError, continue_run, make_setup, train
 
-__all__ = ["RunConfig", "Setup", "TrainingError", "build", "params_digest", "resume", "train"]
+__all__ = ["RunConfig", "Setup", "TrainingError", "continue_run", "make_setup", "train"]

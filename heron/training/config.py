@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
-from heron.agents.base import check
+from heron.configs import ConfigError, choice, integer, number, validate
+from heron.replay import REPLAYERS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -13,78 +15,68 @@ class RunConfig:
 
     env: str = "gymnax:CartPole-v1"
     """Environment id with its source: gymnax:<id>, gym:<id> or heron:<id>."""
-    steps: int = 100_000
+    steps: int = integer(100_000, 1)
     """Environment steps to train for (with a dataset: gradient updates), rounded up to whole
     iterations."""
-    seed: int = 0
+    seed: int = integer(0, 0)
     """Random seed; the same seed gives the same parameters on CPU."""
-    seeds: int = 1
+    seeds: int = integer(1, 1)
     """Independent runs (seeds seed, seed+1, ...) vmapped into one program (JAX envs)."""
-    num_envs: int = 32
+    num_envs: int = integer(32, 1)
     """Environments stepped in parallel."""
+    replay: Literal["one_time", "uniform", "cycle_one_time"] | None = choice(
+        None, (None, *REPLAYERS)
+    )
+    """Experience replayer: one_time, uniform or cycle_one_time; default the agent's own
+    (ppo: one_time; crr, svg0: uniform)."""
     run_dir: str | None = None
     """Where to write the run; default runs/<algo>_<env>_<time>."""
-    eval_every_n: int = 5
+    eval_every_n: int = integer(5, 1)
     """Evaluate every n iterations (and at the end)."""
-    n_evals: int = 8
+    n_evals: int = integer(8, 1)
     """Evaluation episodes per temperature."""
     eval_temperatures: tuple[float, ...] = (1.0, 0.5, 0.0)
     """Sampling temperatures to evaluate at; 0 is greedy."""
     separate_eval: bool = True
     """Evaluate on a separate env; False reports training episodes as temperature 1.0."""
-    max_timestep: int | None = None
+    max_timestep: int | None = integer(None, 1, optional=True)
     """Training episode time limit (truncation); default the env's own."""
-    len_history_for_policy: int = 1
+    len_history_for_policy: int = integer(1, 1)
     """Observations stacked for the policy: the last k, reset at episode starts."""
     normalize_observations: bool = False
     """Normalise observations by running mean and std (kept in checkpoints)."""
-    reward_scale: float = 1.0
+    reward_scale: float = number(1.0, 0.0, low_open=True)
     """Factor on the rewards the learner sees (returns are reported unscaled)."""
-    max_timestep_eval: int | None = None
+    max_timestep_eval: int | None = integer(None, 1, optional=True)
     """Evaluation episode time limit; default the env's own."""
-    save_every_n: int = 100
+    save_every_n: int = integer(100, 1)
     """Checkpoint every n iterations, once enough episodes ended; always at the end."""
-    done_frac_for_policy_save: float = 0.5
+    done_frac_for_policy_save: float = number(0.5, 0.0)
     """Fraction of num_envs x seeds episodes that must end between two saves (Trax's rule)."""
-    keep_checkpoints: int = 3
+    keep_checkpoints: int = integer(3, 1)
     """How many of the latest checkpoints to keep."""
     dataset: str | None = None
     """Train offline from this Minari dataset directory; the env only evaluates."""
-    updates_per_iteration: int = 1_000
-    """With a dataset: gradient updates per iteration (the unit of the eval/save schedules)."""
+    updates_per_iteration: int | None = integer(None, 1, optional=True)
+    """With a dataset: gradient updates per iteration, the unit of the eval and save
+    schedules (default 1000); refused without one."""
 
     def __post_init__(self):
-        check(self.steps > 0, f"steps must be > 0, got {self.steps}")
-        check(self.num_envs > 0, f"num_envs must be > 0, got {self.num_envs}")
-        check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
-        check(self.seeds >= 1, f"seeds must be >= 1, got {self.seeds}")
-        check(
-            self.len_history_for_policy >= 1,
-            f"len_history_for_policy must be >= 1, got {self.len_history_for_policy}",
-        )
-        check(self.reward_scale > 0, f"reward_scale must be > 0, got {self.reward_scale}")
-        check(
-            self.done_frac_for_policy_save >= 0,
-            f"done_frac_for_policy_save must be >= 0, got {self.done_frac_for_policy_save}",
-        )
-        check(self.eval_every_n > 0, f"eval_every_n must be > 0, got {self.eval_every_n}")
-        check(self.n_evals > 0, f"n_evals must be > 0, got {self.n_evals}")
-        check(
-            len(self.eval_temperatures) > 0 and all(t >= 0 for t in self.eval_temperatures),
-            f"eval_temperatures must be one or more values >= 0, got {self.eval_temperatures}",
-        )
-        check(self.save_every_n > 0, f"save_every_n must be > 0, got {self.save_every_n}")
-        check(
-            self.keep_checkpoints > 0, f"keep_checkpoints must be > 0, got {self.keep_checkpoints}"
-        )
-        check(
-            self.updates_per_iteration > 0,
-            f"updates_per_iteration must be > 0, got {self.updates_per_iteration}",
-        )
-        check(
-            self.dataset is None or bool(self.dataset),
-            "dataset must be a directory path, got an empty string",
-        )
-        for name in ("max_timestep", "max_timestep_eval"):
-            value = getattr(self, name)
-            check(value is None or value > 0, f"{name} must be > 0, got {value}")
+        validate(self, "")
+        if not (
+            len(self.eval_temperatures) > 0
+            and all(t >= 0 and t != float("inf") for t in self.eval_temperatures)
+        ):
+            raise ConfigError(
+                "eval_temperatures must be one or more finite values >= 0, got "
+                f"{self.eval_temperatures}"
+            )
+        if self.dataset is not None and not self.dataset:
+            raise ConfigError("dataset must be a directory path, got an empty string")
+        if self.run_dir is not None and not self.run_dir:
+            raise ConfigError("run_dir must be a directory path, got an empty string")
+        if self.dataset is None and self.updates_per_iteration is not None:
+            raise ConfigError(
+                "updates_per_iteration sets the gradient updates per iteration of an offline "
+                "run: it needs --dataset (online, the replay ratio sets them)"
+            )

@@ -1,53 +1,39 @@
-"""The training driver: one loop for every agent and both kinds of environment.
+"""The training driver: when to collect, learn, evaluate, save and log, for any agent and
+any source of experience.
 
-    setup = build("ppo", PPOConfig(), RunConfig(env="gymnax:CartPole-v1"))
-    summary = train(setup, "runs/cartpole")       # the final JSON line's fields
-    summary = resume("runs/cartpole")             # continue from the latest checkpoint
+    setup = make_setup("ppo", config, run, agent, replay, source, evaluate)
+    summary = train(setup, "runs/cartpole")        # the final JSON line's fields
+    summary = continue_run(setup, "runs/cartpole")   # from its latest checkpoint
 
-Each iteration collects ``unroll_length`` steps from ``num_envs`` environments, replays them
-and runs the agent's mini-batch updates (see ``loop.py``); evaluation, logging and
-checkpoints follow on their schedules. ``seeds`` independent runs share one compiled
-program. Everything a user can get wrong is checked before the run directory is touched.
+(``heron.api`` builds setups from a RunConfig: environments, datasets or Ray actors.)
+Each iteration the compiled program collects from the source, adds to the replay and lets
+the agent learn (see ``program.py``); evaluation, logging and checkpoints follow on their
+schedules. ``seeds`` independent runs share one compiled program.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
-import hashlib
-import json
 import math
 import os
 import sys
 import time
-import warnings
 from typing import Any
 
 import jax
 import numpy as np
 
-from heron import agents, envs
-from heron.agents.base import ConfigError
-from heron.envs.wrappers import ObservationPipeline
-from heron.replay import make_replay
-from heron.training import checkpoints
+from heron.agents.base import Agent
+from heron.configs import ConfigError
+from heron.training import checkpoints, rundir
 from heron.training.config import RunConfig
 from heron.training.logging import RunLogger
-from heron.training.loop import Program, TrainState, data_parallel, make_program
+from heron.training.program import Program, TrainState, make_program
+from heron.training.sources import Source
 
 
 class TrainingError(RuntimeError):
     """Training cannot go on (e.g. a non-finite loss); the last good checkpoint is kept."""
-
-
-def params_digest(params) -> str:
-    """sha256 of the parameters' bytes in tree order: equal digests, bit-equal parameters."""
-    digest = hashlib.sha256()
-    for leaf in jax.tree.leaves(jax.device_get(params)):
-        leaf = np.ascontiguousarray(leaf)
-        digest.update(str((leaf.shape, leaf.dtype.str)).encode())
-        digest.update(leaf.tobytes())
-    return digest.hexdigest()
 
 
 @dataclasses.dataclass
@@ -57,186 +43,56 @@ class Setup:
     algo: str
     agent_config: Any
     run: RunConfig
-    env: Any
-    eval_env: Any
-    agent: agents.Agent
+    agent: Agent
     replay: Any
-    pipeline: ObservationPipeline
-    iterations: int
-    offline: Any = None  # heron.offline.OfflineData when training from a dataset
+    source: Source
+    evaluate: Any  # (agent_state, observations, key) -> returns [n_temperatures, n]
+    record: dict  # config.json's entries
 
     @property
     def steps_per_iteration(self) -> int:
-        """Environment steps per iteration (offline: gradient updates)."""
-        if self.offline is not None:
-            return self.run.updates_per_iteration
-        return self.agent.schedule.unroll_length * self.run.num_envs
+        return self.source.steps_per_iteration
+
+    @property
+    def iterations(self) -> int:
+        return max(1, math.ceil(self.run.steps / self.steps_per_iteration))
 
     @property
     def seeds(self) -> list[int]:
         return [self.run.seed + k for k in range(self.run.seeds)]
 
+    @property
+    def greedy_temperature(self) -> float:
+        return min(self.run.eval_temperatures) if self.run.separate_eval else 1.0
+
     def program(self) -> Program:
-        if self.offline is not None:
-            from heron.offline.training import make_offline_program
-
-            return make_offline_program(
-                self.agent,
-                self.eval_env,
-                tuple(float(t) for t in self.run.eval_temperatures),
-                self.pipeline,
-                self.offline,
-                self.run.updates_per_iteration,
-            )
-        return make_program(
-            self.agent,
-            self.env,
-            self.eval_env,
-            self.replay,
-            self.run.eval_temperatures,
-            self.pipeline,
-        )
+        return make_program(self.agent, self.replay, self.source, self.evaluate)
 
 
-def _check_schedule(agent: agents.Agent, num_envs: int) -> None:
-    """ALF's rules for training on sequences, and mini-batches that tile the batch."""
-    schedule = agent.schedule
-    name = agent.name
-    if schedule.recurrent and not schedule.use_rollout_state:
-        if schedule.mini_batch_length == 1:
-            raise ConfigError(
-                f"a recurrent {name} trained on sequences of length 1 never uses its memory: "
-                f"set {name}.use_rollout_state True (train from the recorded state) or "
-                f"{name}.mini_batch_length > 1"
-            )
-        _warn_once(
-            f"heron: a recurrent {name} trains each sequence from a zero state; consider "
-            f"{name}.use_rollout_state True to start from the state recorded when acting"
-        )
-    if schedule.replay != "one_time":
-        return  # sequences are sampled from the replay, not cut from the collected batch
-    if schedule.unroll_length % schedule.mini_batch_length:
-        raise ConfigError(
-            f"{name}.unroll_length={schedule.unroll_length} is not a multiple of "
-            f"{name}.mini_batch_length={schedule.mini_batch_length}: training sequences must "
-            "not cross from one environment's unroll into another's"
-        )
-    batch_steps = schedule.unroll_length * num_envs
-    sequences = batch_steps // schedule.mini_batch_length
-    if sequences % schedule.mini_batch_size:
-        divisors = [d for d in (32, 64, 128, 256, 512, 1024) if sequences % d == 0]
-        hint = f" (e.g. {', '.join(map(str, divisors))})" if divisors else ""
-        raise ConfigError(
-            f"{schedule.mini_batch_size_field}={schedule.mini_batch_size} must divide the batch "
-            f"of num_envs x unroll_length = {num_envs} x {schedule.unroll_length} = "
-            f"{batch_steps} steps{hint}"
-        )
-
-
-_WARNED: set[str] = set()
-
-
-def _warn_once(message: str) -> None:
-    if message not in _WARNED:
-        _WARNED.add(message)
-        warnings.warn(message, stacklevel=3)
-
-
-def build(algo: str, agent_config, run: RunConfig) -> Setup:
-    """Validates and builds a run: environments, agent, replay (with ``run.dataset``: the
-    replay filled from the dataset, checked against the env). Writes nothing."""
-    agents.config_class(algo)  # unknown algorithm: a clear error first
-    if run.dataset is not None:
-        return _build_offline(algo, agent_config, run)
-    env = envs.make(run.env, run.num_envs, run.max_timestep)
-    if run.seeds > 1 and not env.is_jax:
-        raise ConfigError(
-            f"seeds={run.seeds} needs a JAX environment (gymnax:<id> or heron:<id>) to vmap "
-            f"the runs into one program; {run.env!r} steps on the host: use seeds=1"
-        )
-    eval_env = envs.make(run.env, run.n_evals, run.max_timestep_eval)
-    pipeline = ObservationPipeline(
-        env.spec, run.normalize_observations, run.len_history_for_policy, run.reward_scale
-    )
-    agent = _resolve_replay_ratio(agents.make(algo, pipeline.spec, agent_config), run.num_envs)
-    _check_schedule(agent, run.num_envs)
-    agent = data_parallel(agent, jax.devices())  # several devices: the learner is split
-    replay = _make_replay(agent.schedule, run.num_envs)
-    steps_per_iteration = agent.schedule.unroll_length * run.num_envs
-    iterations = max(1, math.ceil(run.steps / steps_per_iteration))
-    return Setup(algo, agent_config, run, env, eval_env, agent, replay, pipeline, iterations)
-
-
-def _build_offline(algo: str, agent_config, run: RunConfig) -> Setup:
-    """An offline run: no training environments; the dataset fills the replay once."""
-    from heron.offline.dataset import read_dataset
-    from heron.offline.training import check_offline_run, load_offline_data
-
-    eval_env = envs.make(run.env, run.n_evals, run.max_timestep_eval)
-    if run.seeds > 1 and not eval_env.is_jax:
-        raise ConfigError(
-            f"seeds={run.seeds} needs a JAX environment (gymnax:<id> or heron:<id>) to "
-            f"evaluate the runs in one program; {run.env!r} steps on the host: use seeds=1"
-        )
-    pipeline = ObservationPipeline(
-        eval_env.spec, run.normalize_observations, run.len_history_for_policy, run.reward_scale
-    )
-    agent = data_parallel(agents.make(algo, pipeline.spec, agent_config), jax.devices())
-    check_offline_run(agent, run)
-    data = load_offline_data(read_dataset(run.dataset), agent, pipeline, run.env)
-    iterations = max(1, math.ceil(run.steps / run.updates_per_iteration))
-    return Setup(
-        algo,
-        agent_config,
-        run,
-        eval_env,
-        eval_env,
-        agent,
-        data.replay,
-        pipeline,
-        iterations,
-        offline=data,
-    )
-
-
-def _resolve_replay_ratio(agent: agents.Agent, num_envs: int) -> agents.Agent:
-    """Off-policy agents may ask for a replay ratio: updates per collected env step."""
-    schedule = agent.schedule
-    if schedule.replay_ratio is None:
-        return agent
-    steps = schedule.unroll_length * num_envs
-    num_updates = max(1, round(schedule.replay_ratio * steps))
-    return dataclasses.replace(
-        agent, schedule=dataclasses.replace(schedule, num_updates=num_updates)
-    )
-
-
-def _make_replay(schedule, num_envs: int):
-    if schedule.replay == "one_time":
-        return make_replay("one_time")
-    return make_replay(schedule.replay, capacity=schedule.replay_capacity, num_envs=num_envs)
-
-
-def default_run_dir(algo: str, env_id: str) -> str:
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return os.path.join("runs", f"{algo}_{env_id.replace(':', '-')}_{stamp}")
-
-
-def config_record(setup: Setup) -> dict:
+def make_setup(
+    algo, agent_config, run, agent, replay, source, evaluate, extra_record=None
+) -> Setup:
+    """A setup whose config.json records the run, the agent's config and ``extra_record``;
+    traces one iteration abstractly, so an agent that cannot learn from the source (e.g.
+    SVG0 from data without behaviour log-probabilities) is refused before anything is
+    written."""
     from heron import __version__
 
     record = {
-        "algo": setup.algo,
-        "run": dataclasses.asdict(setup.run),
-        setup.algo: dataclasses.asdict(setup.agent_config),
+        "algo": algo,
+        "run": dataclasses.asdict(run),
+        algo: dataclasses.asdict(agent_config),
         "heron_version": __version__,
+        **(extra_record or {}),
     }
-    if setup.offline is not None:
-        record["dataset"] = setup.offline.summary
-    return record
+    setup = Setup(algo, agent_config, run, agent, replay, source, evaluate, record)
+    program = setup.program()
+    state = jax.eval_shape(program.init, seed_keys(setup.seeds))
+    jax.eval_shape(program.iteration, state)
+    return setup
 
 
-def _seed_keys(seeds: list[int], stream: int | None = None):
+def seed_keys(seeds: list[int], stream: int | None = None):
     keys = [jax.random.PRNGKey(seed) for seed in seeds]
     if stream is not None:
         keys = [jax.random.fold_in(key, stream) for key in keys]
@@ -250,7 +106,7 @@ class _Loop:
         self.setup, self.run_dir, self.program = setup, run_dir, program
         run = setup.run
         self.start = time.monotonic() - wall_offset
-        self.eval_keys = _seed_keys(setup.seeds, stream=1)
+        self.eval_keys = seed_keys(setup.seeds, stream=1)
         self.greedy_index = int(np.argmin(run.eval_temperatures))
         self.greedy_history: list[np.ndarray] = []  # [K] greedy returns per evaluation
         self.train_time, self.timed_steps = 0.0, 0
@@ -261,10 +117,13 @@ class _Loop:
     def wall(self) -> float:
         return time.monotonic() - self.start
 
+    def episodes(self, state: TrainState):
+        return jax.device_get(jax.vmap(self.setup.source.episodes)(state.source_state))
+
     def run(self, state: TrainState) -> TrainState:
         setup, run = self.setup, self.setup.run
         first = int(state.iteration[0])
-        stats = jax.device_get(state.stats)
+        stats = self.episodes(state)
         self.logged = (stats.completed, stats.return_sum, stats.return_sq_sum)
         self.evaluated = self.logged
         self.saved_completed = int(np.sum(stats.completed))
@@ -272,7 +131,8 @@ class _Loop:
             for i in range(first, setup.iterations):
                 tick = time.monotonic()
                 state, metrics = self.program.iteration(state)
-                metrics, stats = jax.device_get((metrics, state.stats))
+                metrics = jax.device_get(metrics)
+                stats = self.episodes(state)
                 if i > first:  # the first iteration of a process includes compilation
                     self.train_time += time.monotonic() - tick
                     self.timed_steps += setup.steps_per_iteration * run.seeds
@@ -364,11 +224,11 @@ class _Loop:
     def _maybe_save(self, iteration: int, state: TrainState, stats, last: bool) -> None:
         run = self.setup.run
         completed = int(np.sum(stats.completed))
-        enough = self.setup.offline is not None or (  # offline runs have no episodes
-            completed - self.saved_completed
-            >= run.done_frac_for_policy_save * run.num_envs * run.seeds
-        )
-        if last or (iteration % run.save_every_n == 0 and enough):
+        episodes_needed = run.done_frac_for_policy_save * self.setup.source.num_envs * run.seeds
+        if last or (
+            iteration % run.save_every_n == 0
+            and completed - self.saved_completed >= episodes_needed
+        ):
             self.checkpointer.save(iteration, state)
             self.saved_completed = completed
 
@@ -399,7 +259,9 @@ class _Loop:
             ),
             "final_eval_return": _number(np.mean(history[-1])) if len(history) else None,
             "best_eval_return": _best(history.mean(axis=1)) if len(history) else None,
-            "params_digest": params_digest(per_seed_params[0] if setup.run.seeds == 1 else params),
+            "params_digest": rundir.params_digest(
+                per_seed_params[0] if setup.run.seeds == 1 else params
+            ),
         }
         if setup.run.seeds > 1:
             summary["per_seed"] = [
@@ -407,7 +269,7 @@ class _Loop:
                     "seed": seed,
                     "final_eval_return": _number(history[-1, k]),
                     "best_eval_return": _best(history[:, k]),
-                    "params_digest": params_digest(per_seed_params[k]),
+                    "params_digest": rundir.params_digest(per_seed_params[k]),
                 }
                 for k, seed in enumerate(setup.seeds)
             ]
@@ -433,97 +295,53 @@ def train(setup: Setup, run_dir: str) -> dict:
             "or continue it with `heron train --resume`"
         )
     os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, "config.json"), "w") as f:
-        json.dump(config_record(setup), f, indent=2)
+    rundir.write_config(run_dir, setup.record)
     program = setup.program()
     loop = _Loop(setup, run_dir, program)
-    state = program.init(_seed_keys(setup.seeds))
+    state = program.init(seed_keys(setup.seeds))
     state = loop.run(state)
     return loop.summary(state)
 
 
-def resume(run_dir: str, steps: int | None = None) -> dict:
-    """Continues ``run_dir`` from its latest checkpoint to its configured ``steps`` (or to a new
-    budget ``steps``). With JAX environments on CPU the result equals the uninterrupted run's."""
-    from heron.training.evaluate_run import load_config
+def restore(setup: Setup, run_dir: str):
+    """(program, state, iteration) of the latest checkpoint of ``run_dir`` under ``setup``."""
+    program = setup.program()
+    template = program.init(seed_keys(setup.seeds))
+    state, iteration = checkpoints.restore(run_dir, template)
+    return program, state, iteration
 
-    algo, agent_config, run = load_config(run_dir)
-    if steps is not None:
-        run = dataclasses.replace(run, steps=steps)
-    setup = build(algo, agent_config, run)
+
+def continue_run(setup: Setup, run_dir: str, rewrite_config: bool = False) -> dict:
+    """Continues ``run_dir`` from its latest checkpoint to the setup's steps. With JAX
+    environments on CPU the result equals the uninterrupted run's."""
     if checkpoints.latest_step(run_dir) is None:
         raise checkpoints.CheckpointError(
             f"cannot resume {run_dir!r}: it has no checkpoint yet (start it again instead)"
         )
-    _check_same_dataset(run_dir, setup)
-    program = setup.program()
-    template = program.init(_seed_keys(setup.seeds))
-    state, iteration = checkpoints.restore(run_dir, template)
+    program, state, iteration = restore(setup, run_dir)
     if iteration > setup.iterations:
         raise ConfigError(
-            f"{run_dir!r} is already past {run.steps} steps (checkpoint at iteration "
+            f"{run_dir!r} is already past {setup.run.steps} steps (checkpoint at iteration "
             f"{iteration}); pass a larger --steps to continue it"
         )
-    records = _truncate_metrics(run_dir, iteration * setup.steps_per_iteration)
-    if steps is not None:
-        with open(os.path.join(run_dir, "config.json"), "w") as f:
-            json.dump(config_record(setup), f, indent=2)
+    records = rundir.truncate_metrics(run_dir, iteration * setup.steps_per_iteration)
+    if rewrite_config:
+        rundir.write_config(run_dir, setup.record)
     wall_offset = max((r.get("wall_s") or 0.0 for r in records), default=0.0)
     loop = _Loop(setup, run_dir, program, wall_offset)
-    loop.greedy_history = _greedy_history(records, setup)
-    if setup.offline is None and not setup.env.is_jax:
-        message = (
-            "Gymnasium environments cannot be saved in a checkpoint: their episodes "
-            "restart on resume"
-        )
-        print(f"heron: {message}", file=sys.stderr)
+    loop.greedy_history = rundir.greedy_history(records, setup.greedy_temperature, setup.seeds)
+    note = setup.source.resume_note
+    if note is not None:
+        print(f"heron: {note}", file=sys.stderr)
         loop.logger.write(
             {
                 "kind": "note",
                 "step": iteration * setup.steps_per_iteration,
                 "wall_s": wall_offset,
-                "message": message,
+                "message": note,
             }
         )
-        state = program.restart(state, jax.random.fold_in(jax.random.PRNGKey(run.seed), 3))
+    restart_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(seed_keys(setup.seeds), 3)
+    state = program.restart(state, restart_keys)
     state = loop.run(state)
     return loop.summary(state)
-
-
-def _check_same_dataset(run_dir: str, setup: Setup) -> None:
-    """An offline run resumes only on the data it started with (same episodes and returns)."""
-    if setup.offline is None:
-        return
-    with open(os.path.join(run_dir, "config.json")) as f:
-        recorded = json.load(f).get("dataset")
-    if recorded is not None and recorded != setup.offline.summary:
-        raise ConfigError(
-            f"dataset {setup.run.dataset!r} changed since {run_dir!r} started: it held "
-            f"{recorded}, it now holds {setup.offline.summary}"
-        )
-
-
-def _truncate_metrics(run_dir: str, step: int) -> list[dict]:
-    """Drops the lines written after the checkpoint at ``step``; they will be written again."""
-    path = os.path.join(run_dir, "metrics.jsonl")
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        records = [json.loads(line) for line in f if line.strip()]
-    kept = [r for r in records if r.get("step", 0) <= step]
-    with open(path + ".tmp", "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in kept)
-    os.replace(path + ".tmp", path)
-    return kept
-
-
-def _greedy_history(records: list[dict], setup: Setup) -> list[np.ndarray]:
-    greedy = min(setup.run.eval_temperatures) if setup.run.separate_eval else 1.0
-    by_step: dict[int, dict[int, float]] = {}
-    for r in records:
-        if r.get("kind") == "eval" and r.get("temperature") == greedy:
-            value = r["return_mean"]
-            by_step.setdefault(r["step"], {})[r["seed"]] = math.nan if value is None else value
-    return [
-        np.array([by_step[s].get(seed, math.nan) for seed in setup.seeds]) for s in sorted(by_step)
-    ]

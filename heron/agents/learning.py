@@ -1,0 +1,194 @@
+"""How agents learn, in small composable pieces (rejax's ``train_iteration``, ALF's
+``_train``): cut experience into training sequences, run epochs of shuffled mini-batches,
+sample from a replay, split an update over devices.
+
+Batches are batch-major [B, T, ...] in the replay and time-major [L, M, ...] inside an
+agent's ``update(state, batch, key) -> (state, metrics)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+from heron import parallel, replay
+from heron.configs import ConfigError
+
+
+def sequences(batch, length: int, stride: int):
+    """Windows of ``length`` steps every ``stride`` steps along the time axis of ``batch``
+    [B, T, ...] -> [B * n, length, ...], each row's windows adjacent; ``(T - length)`` must
+    be a multiple of ``stride``. ``stride = length`` cuts disjoint sequences (per-step
+    targets already computed); ``stride = length - 1`` overlaps them by one step, so every
+    transition t -> t+1 lies inside one sequence."""
+    steps = jax.tree.leaves(batch)[0].shape[1]
+    count = (steps - length) // stride + 1
+    starts = stride * jnp.arange(count)
+    index = starts[:, None] + jnp.arange(length)  # [n, length]
+
+    def windows(x):
+        cut = x[:, index]  # [B, n, length, ...]
+        return cut.reshape((-1, length) + x.shape[2:])
+
+    return jax.tree.map(windows, batch)
+
+
+def num_sequences(steps: int, length: int, stride: int) -> int | None:
+    """How many windows ``sequences`` cuts from ``steps`` steps, or None when they do not
+    tile the steps exactly."""
+    if steps < length or (steps - length) % stride:
+        return None
+    return (steps - length) // stride + 1
+
+
+def time_major(tree):
+    """[M, L, ...] -> [L, M, ...]."""
+    return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), tree)
+
+
+def minibatch_epochs(
+    update: Callable,
+    state,
+    batch,
+    key,
+    *,
+    num_epochs: int,
+    batch_size: int,
+    stop: Callable | None = None,
+):
+    """ALF's mini-batch loop: ``num_epochs`` passes over the sequences ``batch`` [N, L, ...],
+    each shuffled and split into mini-batches of ``batch_size`` sequences, each given to
+    ``update`` time-major [L, batch_size]. Once ``stop(state, metrics)`` holds, the
+    remaining updates are skipped. Returns (state, metrics averaged over the updates run,
+    with ``train/updates`` their count)."""
+    n_sequences = jax.tree.leaves(batch)[0].shape[0]
+    n_minibatches = n_sequences // batch_size
+    shuffle = num_epochs > 1 or n_minibatches > 1
+
+    def one_update(carry, inputs):
+        state, stopped = carry
+        minibatch, update_key = inputs
+
+        def run(state):
+            return update(state, time_major(minibatch), update_key)
+
+        if stop is None:
+            state, metrics = run(state)
+            return (state, stopped), (metrics, ~stopped)
+
+        def skip(state):
+            metrics_shape = jax.eval_shape(run, state)[1]
+            return state, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metrics_shape)
+
+        state, metrics = jax.lax.cond(stopped, skip, run, state)
+        performed = ~stopped
+        return (state, stopped | (performed & stop(state, metrics))), (metrics, performed)
+
+    def one_epoch(carry, epoch_key):
+        shuffle_key, update_key = jax.random.split(epoch_key)
+        order = jax.random.permutation(shuffle_key, n_sequences) if shuffle else None
+        minibatches = jax.tree.map(
+            lambda x: (x[order] if shuffle else x).reshape(
+                (n_minibatches, batch_size) + x.shape[1:]
+            ),
+            batch,
+        )
+        keys = jax.random.split(update_key, n_minibatches)
+        return jax.lax.scan(one_update, carry, (minibatches, keys))
+
+    (state, _), (metrics, performed) = jax.lax.scan(
+        one_epoch, (state, jnp.zeros((), bool)), jax.random.split(key, num_epochs)
+    )
+    weights = performed.astype(jnp.float32)
+    count = jnp.sum(weights)
+    mean = jax.tree.map(lambda m: jnp.sum(m * weights) / jnp.maximum(count, 1.0), metrics)
+    mean["train/updates"] = count
+    return state, mean
+
+
+def replay_updates(update: Callable, sequence_length: int, batch_size: int) -> Callable:
+    """The ``learn`` of an off-policy agent: one sample from the replay, cut into sequences
+    of ``sequence_length`` steps overlapping by one step (a ``uniform`` sample is already
+    one mini-batch of them; a whole unroll from ``cycle_one_time`` gives several), then one
+    pass of mini-batch updates over them."""
+
+    def learn(state, replay, replay_state, key):
+        sample_key, update_key = jax.random.split(key)
+        batch, replay_state = replay.sample(replay_state, sample_key)
+        batch = sequences(batch, sequence_length, max(sequence_length - 1, 1))
+        state, metrics = minibatch_epochs(
+            update, state, batch, update_key, num_epochs=1, batch_size=batch_size
+        )
+        return state, replay_state, metrics
+
+    return learn
+
+
+def make_off_policy_replay(
+    agent: str,
+    config,
+    num_envs: int,
+    name: str | None = None,
+    served: tuple[str, ...] = ("uniform", "cycle_one_time"),
+    **sizes,
+):
+    """The replayer of an off-policy agent (``config`` has ``replay``, ``unroll_length``,
+    ``batch_size`` and ``sequence_length``), sized for ``num_envs``; ``sizes`` override
+    ``ReplaySizes`` fields (a dataset: its capacity, no minimum, no rate limit). Sequences
+    cut from whole unrolls must tile them, and fill whole mini-batches."""
+    name = replay.check_name(name or served[0], served, agent)
+    fields = dict(
+        num_envs=num_envs,
+        unroll_length=config.unroll_length,
+        batch_size=config.batch_size,
+        sequence_length=config.sequence_length,
+        capacity=config.replay.capacity,
+        min_size=max(config.replay.min_size, config.sequence_length),
+        samples_per_step=config.replay.ratio,
+    )
+    fields.update(sizes)
+    sizes = replay.ReplaySizes(**fields)
+    made = replay.make_replay(name, sizes)
+    if name != "uniform":
+        lanes = sizes.learn_queue_cap * (num_envs // sizes.num_actors)
+        check_tiling(agent, sizes.unroll_length + 1, lanes, config, overlap=True)
+    return made
+
+
+def check_tiling(agent: str, steps: int, lanes: int, config, overlap: bool) -> None:
+    """Sequences of ``config.sequence_length`` must tile a batch of ``lanes`` x ``steps``
+    and give whole mini-batches of ``config.batch_size``."""
+    length = config.sequence_length
+    stride = max(length - 1, 1) if overlap else length
+    count = num_sequences(steps, length, stride)
+    if count is None:
+        raise ConfigError(
+            f"{agent}.sequence_length={length} does not tile unrolls of {steps} steps "
+            f"(unroll_length={config.unroll_length}"
+            f"{' + 1 bootstrap step' if overlap else ''}): choose unroll_length a multiple "
+            f"of {stride}"
+        )
+    total = count * lanes
+    if total % config.batch_size:
+        divisors = [d for d in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if total % d == 0]
+        raise ConfigError(
+            f"{agent}.batch_size={config.batch_size} sequences must divide the {total} "
+            f"sequences of each batch ({lanes} environments x {count} sequences of {length} "
+            f"steps); e.g. {', '.join(map(str, divisors[-4:]))}"
+        )
+
+
+def data_parallel(update: Callable, devices, agent: str, batch_size: int) -> Callable:
+    """``update`` split over ``devices`` by sequence (gradients averaged across them with
+    ``parallel.device_mean``); unchanged on one device."""
+    devices = list(devices)
+    if len(devices) <= 1:
+        return update
+    if batch_size % len(devices):
+        raise ConfigError(
+            f"{agent}.batch_size={batch_size} sequences per update cannot be shared evenly by "
+            f"{len(devices)} devices: choose a multiple of {len(devices)}"
+        )
+    return parallel.shard_update(update, devices)

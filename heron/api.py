@@ -1,0 +1,265 @@
+"""heron from Python: build a run, train it, resume it, load it, evaluate it, collect data.
+
+    import heron
+    setup = heron.build("ppo", heron.agents.PPOConfig(), heron.RunConfig(env="gymnax:CartPole-v1"))
+    summary = heron.train(setup, "runs/cartpole")      # the final JSON line's fields
+    summary = heron.resume("runs/cartpole")            # continue from the latest checkpoint
+
+``build`` chooses the source of experience from the run configuration: environments
+(JAX envs compiled whole, Gymnasium envs through host callbacks) or, with ``dataset``, a
+Minari dataset (offline training; the environment only evaluates).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import jax
+import numpy as np
+
+from heron import agents, envs
+from heron.agents.base import Agent
+from heron.configs import ConfigError
+from heron.envs.wrappers import ObservationPipeline
+from heron.offline import collect as collecting
+from heron.offline.dataset import gym_spaces, read_dataset, write_dataset
+from heron.offline.source import DatasetSource
+from heron.training import checkpoints, driver, rundir
+from heron.training.config import RunConfig
+from heron.training.driver import Setup, TrainingError, seed_keys
+from heron.training.evaluation import make_evaluate
+from heron.training.sources import EnvSource
+
+DEFAULT_UPDATES_PER_ITERATION = 1_000
+
+
+def _check_seeds(run: RunConfig, env) -> None:
+    if run.seeds > 1 and not env.is_jax:
+        raise ConfigError(
+            f"seeds={run.seeds} needs a JAX environment (gymnax:<id> or heron:<id>) to vmap "
+            f"the runs into one program; {run.env!r} steps on the host: use seeds=1"
+        )
+
+
+def _evaluation(agent: Agent, run: RunConfig, pipeline: ObservationPipeline):
+    if not run.separate_eval:
+        return None  # training episodes stand for the evaluation
+    groups = len(run.eval_temperatures)
+    eval_env = envs.make(run.env, run.n_evals * groups, run.max_timestep_eval)
+    return make_evaluate(agent, eval_env, run.eval_temperatures, pipeline)
+
+
+def build(algo: str, agent_config=None, run: RunConfig | None = None) -> Setup:
+    """Validates and builds a run: source, agent, replay, evaluation. Writes nothing."""
+    config_type = agents.config_class(algo)  # an unknown algorithm: a clear error first
+    agent_config = config_type() if agent_config is None else agent_config
+    run = RunConfig() if run is None else run
+    if run.dataset is not None:
+        return _build_offline(algo, agent_config, run)
+    env = envs.make(run.env, run.num_envs, run.max_timestep)
+    _check_seeds(run, env)
+    pipeline = ObservationPipeline(
+        env.spec, run.normalize_observations, run.len_history_for_policy, run.reward_scale
+    )
+    agent = agents.make(algo, pipeline.spec, agent_config)
+    source = EnvSource(env, pipeline, agent.unroll_length)
+    replay = agent.make_replay(source.lanes, run.replay)
+    evaluate = _evaluation(agent, run, pipeline)
+    return driver.make_setup(algo, agent_config, run, agent, replay, source, evaluate)
+
+
+def _build_offline(algo: str, agent_config, run: RunConfig) -> Setup:
+    """An offline run: no training environments; the dataset fills the replay once."""
+    if not run.separate_eval:
+        raise ConfigError(
+            "separate_eval=False reports training episodes as evaluations; an offline run "
+            "has no training episodes: keep separate_eval True"
+        )
+    probe = envs.make(run.env, 1, run.max_timestep_eval)
+    _check_seeds(run, probe)
+    pipeline = ObservationPipeline(
+        probe.spec, run.normalize_observations, run.len_history_for_policy, run.reward_scale
+    )
+    agent = agents.make(algo, pipeline.spec, agent_config)
+    dataset = read_dataset(run.dataset)
+    updates = run.updates_per_iteration or DEFAULT_UPDATES_PER_ITERATION
+    source = DatasetSource(dataset, pipeline, updates, run.env)
+    if "uniform" not in agent.replayers:
+        raise ConfigError(
+            f"{algo} learns on-policy ({', '.join(agent.replayers)} replay) and cannot train "
+            "from a dataset, which is replayed uniformly; use an off-policy agent such as crr"
+        )
+    replay = agent.make_replay(source.lanes, "uniform", **source.replay_sizes)
+    evaluate = _evaluation(agent, run, pipeline)
+    record = {"dataset": dataset.summary()}
+    return driver.make_setup(algo, agent_config, run, agent, replay, source, evaluate, record)
+
+
+def train(setup: Setup, run_dir: str | None = None) -> dict:
+    """Runs ``setup`` to its configured steps in ``run_dir`` (default: the run's own, or
+    runs/<algo>_<env>_<time>); returns the final JSON line's fields."""
+    run_dir = run_dir or setup.run.run_dir or rundir.default_run_dir(setup.algo, setup.run.env)
+    return driver.train(setup, run_dir)
+
+
+def load_config(run_dir: str):
+    """(algo, agent config, RunConfig) recorded in ``run_dir``."""
+    record = rundir.read_config(run_dir)
+    where = os.path.join(run_dir, rundir.CONFIG)
+    try:
+        algo = record["algo"]
+        config_type = agents.config_class(algo)
+        renamed = getattr(config_type, "renamed_fields", None)
+        agent_config = rundir.config_from_record(config_type, record[algo], where, renamed)
+        run = rundir.config_from_record(RunConfig, record["run"], where)
+    except (KeyError, TypeError) as error:
+        raise rundir.RunDirError(f"{where!r} is unreadable: {error!r}") from error
+    return algo, agent_config, run
+
+
+def resume(run_dir: str, steps: int | None = None) -> dict:
+    """Continues ``run_dir`` from its latest checkpoint to its configured ``steps`` (or to a
+    new budget ``steps``). With JAX environments on CPU the result equals the uninterrupted
+    run's."""
+    algo, agent_config, run = load_config(run_dir)
+    if steps is not None:
+        run = dataclasses.replace(run, steps=steps)
+    setup = build(algo, agent_config, run)
+    _check_same_dataset(run_dir, setup)
+    return driver.continue_run(setup, run_dir, rewrite_config=steps is not None)
+
+
+def _check_same_dataset(run_dir: str, setup: Setup) -> None:
+    """An offline run resumes only on the data it started with."""
+    recorded = rundir.read_config(run_dir).get("dataset")
+    now = setup.record.get("dataset")
+    if recorded is not None and recorded != now:
+        raise ConfigError(
+            f"dataset {setup.run.dataset!r} changed since {run_dir!r} started: it held "
+            f"{recorded}, it now holds {now}"
+        )
+
+
+def load_run(run_dir: str, **run_changes):
+    """(setup, program, state, checkpoint) of the latest checkpoint of ``run_dir``, its run
+    configuration changed by ``run_changes`` (e.g. ``n_evals``); states carry the seed axis."""
+    algo, agent_config, run = load_config(run_dir)
+    setup = build(algo, agent_config, dataclasses.replace(run, **run_changes))
+    program, state, step = driver.restore(setup, run_dir)
+    return setup, program, state, step
+
+
+def evaluate_run(run_dir: str, episodes: int, temperature: float) -> dict:
+    """Evaluates the latest checkpoint of ``run_dir``; returns the JSON line's fields (with
+    several seeds: the mean over seeds, and ``per_seed``)."""
+    setup, program, state, step = load_run(
+        run_dir, n_evals=episodes, eval_temperatures=(temperature,), separate_eval=True
+    )
+    run = setup.run
+    returns = np.asarray(program.evaluate(state, seed_keys(setup.seeds, 2)))[:, 0]
+    params = setup.agent.params(state.agent_state)
+    per_seed = [jax.tree.map(lambda x, k=k: x[k], params) for k in range(run.seeds)]
+    result = {
+        "run_dir": run_dir,
+        "checkpoint": step,
+        "steps": step * setup.steps_per_iteration,
+        "temperature": temperature,
+        "return_mean": float(returns.mean()),
+        "return_std": float(returns.std()),
+        "episodes": episodes,
+        "params_digest": rundir.params_digest(per_seed[0] if run.seeds == 1 else params),
+    }
+    if run.seeds > 1:
+        result["per_seed"] = [
+            {
+                "seed": seed,
+                "return_mean": float(r.mean()),
+                "return_std": float(r.std()),
+                "params_digest": rundir.params_digest(p),
+            }
+            for seed, r, p in zip(setup.seeds, returns, per_seed, strict=True)
+        ]
+    return result
+
+
+def collect(
+    run_dir: str,
+    episodes: int,
+    out: str,
+    temperature: float | None = None,
+    epsilon: float = 0.0,
+    seed: int = 0,
+) -> dict:
+    """Rolls out the latest checkpoint of ``run_dir`` for ``episodes`` episodes and writes
+    them as a Minari dataset at ``out``; returns the JSON line's fields."""
+    if episodes <= 0:
+        raise collecting.CollectError(f"episodes must be > 0, got {episodes}")
+    if temperature is not None and not 0 <= temperature < float("inf"):
+        raise collecting.CollectError(f"temperature must be finite and >= 0, got {temperature}")
+    if not 0.0 <= epsilon <= 1.0:
+        raise collecting.CollectError(f"epsilon must be in [0, 1], got {epsilon}")
+    if os.path.exists(os.path.join(out, "metadata.json")):
+        raise collecting.CollectError(f"{out!r} already holds a dataset; choose another --out")
+    setup, _, state, checkpoint = load_run(run_dir)
+    run, pipeline = setup.run, setup.source.pipeline
+    first_seed = jax.tree.map(lambda x: x[0], state)
+    agent_state = first_seed.agent_state
+    observations = setup.source.observations(first_seed.source_state)
+    policy_step = collecting.make_policy_step(setup.agent, pipeline, temperature, epsilon)
+    collected, returns = collecting.collect_episodes(
+        lambda n: envs.make(run.env, n, run.max_timestep),
+        setup.agent,
+        pipeline,
+        agent_state,
+        observations,
+        episodes,
+        policy_step,
+        jax.random.PRNGKey(seed),
+    )
+    observation_space, action_space = gym_spaces(pipeline.env_spec)
+    write_dataset(
+        out,
+        collected,
+        observation_space,
+        action_space,
+        metadata={
+            "algorithm_name": f"heron {setup.algo}",
+            "heron_env": run.env,
+            "heron_run_dir": os.path.abspath(run_dir),
+            "heron_checkpoint": int(checkpoint),
+            "heron_temperature": temperature,
+            "heron_epsilon": epsilon,
+            "heron_seed": seed,
+        },
+    )
+    return {
+        "out": out,
+        "episodes": len(collected),
+        "steps": int(sum(e.num_steps for e in collected)),
+        "return_mean": float(returns.mean()),
+        "return_std": float(returns.std()),
+        "return_min": float(returns.min()),
+        "return_max": float(returns.max()),
+        "run_dir": run_dir,
+        "checkpoint": int(checkpoint),
+        "env": run.env,
+        "temperature": temperature,
+        "epsilon": epsilon,
+        "extras": sorted(collected[0].extras),
+    }
+
+
+__all__ = [
+    "RunConfig",
+    "Setup",
+    "TrainingError",
+    "build",
+    "checkpoints",
+    "collect",
+    "evaluate_run",
+    "load_config",
+    "load_run",
+    "resume",
+    "train",
+]

@@ -1,0 +1,110 @@
+"""A dataset as a source of experience: offline training through the same driver.
+
+The dataset's episodes go through the run's observation pipeline once (reward scaling,
+history stacking; normalisation by the dataset's own mean and variance, which then stay
+frozen for evaluation) and enter the agent's replay once, at the start, in one lane whose
+capacity is the dataset's size; nothing is collected afterwards. Each iteration is
+``updates_per_iteration`` learning steps sampled from that replay (no warm-up, no replay
+ratio), and counts as that many steps towards ``--steps``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from heron.agents.base import Agent
+from heron.envs.wrappers import ObservationPipeline, PipelineState, RunningStats
+from heron.offline.dataset import Dataset, check_against_env, to_steps
+from heron.training.sources import EpisodeStats
+
+
+class DatasetState(NamedTuple):
+    observations: PipelineState  # the dataset's statistics, frozen (or () without)
+
+
+def dataset_statistics(observations: np.ndarray) -> RunningStats:
+    """Mean and variance of every observation in the dataset (float32), as running stats."""
+    observations = np.asarray(observations, np.float64)
+    return RunningStats(
+        jnp.float32(observations.shape[0]),
+        jnp.asarray(observations.mean(axis=0), jnp.float32),
+        jnp.asarray(observations.var(axis=0), jnp.float32),
+    )
+
+
+def through_pipeline(pipeline: ObservationPipeline, stats, steps) -> Any:
+    """The steps [N] as the agent sees them: one scan of ``pipeline.apply`` over the dataset
+    (a batch of one env), statistics frozen."""
+
+    def one(state, step):
+        state, timestep = pipeline.apply(state, jax.tree.map(lambda x: x[None], step), False)
+        return state, jax.tree.map(lambda x: x[0], timestep)
+
+    state = PipelineState(stats, pipeline.init(1).history)
+    _, seen = jax.lax.scan(one, state, steps.timestep)
+    return steps._replace(observation=seen.observation, reward=seen.reward)
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSource:
+    """``dataset``, checked against the evaluation env's spaces, replayed uniformly."""
+
+    dataset: Dataset
+    pipeline: ObservationPipeline
+    updates_per_iteration: int
+    env_id: str
+
+    def __post_init__(self):
+        check_against_env(self.dataset, self.pipeline.env_spec, self.env_id)
+
+    lanes = 1
+    num_envs = 0  # no environment is stepped: no episodes to wait for before saving
+    resume_note = None
+
+    @property
+    def steps_per_iteration(self) -> int:
+        return self.updates_per_iteration
+
+    @property
+    def learn_limit(self) -> int:
+        return self.updates_per_iteration
+
+    @property
+    def replay_sizes(self) -> dict:
+        return {
+            "capacity": self.dataset.num_steps + self.dataset.num_episodes,
+            "min_size": 0,
+            "samples_per_step": None,
+        }
+
+    @functools.cached_property
+    def experience(self):
+        """(the dataset as the agent sees it [1, N] (one lane), its observation statistics):
+        computed once, on the device."""
+        steps = to_steps(self.dataset.episodes, self.pipeline.env_spec.action.dtype)
+        stats = dataset_statistics(steps.observation) if self.pipeline.normalize else ()
+        pipeline = functools.partial(through_pipeline, self.pipeline)
+        seen = jax.jit(pipeline)(stats, jax.tree.map(jnp.asarray, steps))
+        return jax.tree.map(lambda x: x[None], seen), stats
+
+    def init(self, agent: Agent, agent_state, key):
+        steps, stats = self.experience
+        return DatasetState(PipelineState(stats, ())), steps
+
+    def collect(self, agent: Agent, agent_state, state: DatasetState, key):
+        return state, None
+
+    def restart(self, agent: Agent, agent_state, state: DatasetState, key):
+        return state
+
+    def observations(self, state: DatasetState) -> PipelineState:
+        return state.observations
+
+    def episodes(self, state: DatasetState) -> EpisodeStats:
+        return EpisodeStats.zeros(1)

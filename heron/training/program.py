@@ -1,0 +1,115 @@
+"""The compiled program of a run: K seeds vmapped into one init, one iteration and one
+evaluation, for any agent, replayer and source.
+
+One iteration: the source collects (or not) -> the steps enter the replay -> the agent
+learns while the replay can sample (at most the source's ``learn_limit`` times).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from heron.agents.base import Agent
+from heron.training.sources import Source
+
+SEED_AXIS = "seeds"  # the vmapped axis of independent runs
+_NO_LIMIT = 2**31 - 1
+
+
+class TrainState(NamedTuple):
+    """Everything a run needs to continue; saved whole in checkpoints."""
+
+    agent_state: Any
+    replay_state: Any
+    source_state: Any
+    key: jax.Array
+    iteration: jax.Array  # int32
+
+
+class Program(NamedTuple):
+    """The compiled pieces of a run. States and keys carry a leading seed axis [K].
+
+    init(keys [K]) -> state; iteration(state) -> (state, metrics [K]);
+    evaluate(state, keys [K]) -> returns [K, n_temperatures, n_episodes];
+    restart(state, keys [K]) -> state (a resumed run's environments, where they restart).
+    """
+
+    init: Callable
+    iteration: Callable
+    evaluate: Callable
+    restart: Callable
+
+
+def learn_phase(agent: Agent, replay, agent_state, replay_state, key, limit: int | None):
+    """``agent.learn`` while the replay can sample, at most ``limit`` times: (agent_state,
+    replay_state, metrics averaged over the calls, ``train/updates`` summed)."""
+    limit = _NO_LIMIT if limit is None else limit
+
+    def learn(agent_state, replay_state, key):
+        return agent.learn(agent_state, replay, replay_state, key)
+
+    shapes = jax.eval_shape(learn, agent_state, replay_state, key)[2]
+    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, jnp.float32), shapes)
+
+    def more(carry):
+        _, replay_state, _, calls, _ = carry
+        return (calls < limit) & replay.can_sample(replay_state)
+
+    def one(carry):
+        agent_state, replay_state, key, calls, sums = carry
+        key, learn_key = jax.random.split(key)
+        agent_state, replay_state, metrics = learn(agent_state, replay_state, learn_key)
+        sums = jax.tree.map(lambda total, m: total + m.astype(jnp.float32), sums, metrics)
+        return agent_state, replay_state, key, calls + 1, sums
+
+    carry = (agent_state, replay_state, key, jnp.zeros((), jnp.int32), zeros)
+    agent_state, replay_state, _, calls, sums = jax.lax.while_loop(more, one, carry)
+    count = jnp.maximum(calls, 1).astype(jnp.float32)
+    metrics = {name: total / count for name, total in sums.items()}
+    metrics["train/updates"] = sums.get("train/updates", calls.astype(jnp.float32))
+    return agent_state, replay_state, metrics
+
+
+def make_program(agent: Agent, replay, source: Source, evaluate: Callable) -> Program:
+    """``evaluate(agent_state, observations, key) -> returns [n_temperatures, n]`` is the
+    run's evaluation (see ``evaluation.make_evaluate``)."""
+
+    def init_one(key):
+        agent_key, source_key, key = jax.random.split(key, 3)
+        agent_state = agent.init(agent_key)
+        source_state, first_steps = source.init(agent, agent_state, source_key)
+        example = jax.tree.map(lambda x: x[:, 0], first_steps)
+        replay_state = replay.add(replay.init(example), first_steps)
+        return TrainState(agent_state, replay_state, source_state, key, jnp.zeros((), jnp.int32))
+
+    def iteration_one(state: TrainState):
+        key, collect_key, learn_key = jax.random.split(state.key, 3)
+        source_state, steps = source.collect(
+            agent, state.agent_state, state.source_state, collect_key
+        )
+        replay_state = (
+            state.replay_state if steps is None else replay.add(state.replay_state, steps)
+        )
+        agent_state, replay_state, metrics = learn_phase(
+            agent, replay, state.agent_state, replay_state, learn_key, source.learn_limit
+        )
+        new_state = TrainState(agent_state, replay_state, source_state, key, state.iteration + 1)
+        return new_state, metrics
+
+    def evaluate_one(state: TrainState, key):
+        return evaluate(state.agent_state, source.observations(state.source_state), key)
+
+    def restart_one(state: TrainState, key):
+        source_state = source.restart(agent, state.agent_state, state.source_state, key)
+        return state._replace(source_state=source_state)
+
+    return Program(
+        init=jax.jit(jax.vmap(init_one)),
+        iteration=jax.jit(jax.vmap(iteration_one, axis_name=SEED_AXIS), donate_argnums=0),
+        evaluate=jax.jit(jax.vmap(evaluate_one)),
+        restart=jax.jit(jax.vmap(restart_one)),
+    )

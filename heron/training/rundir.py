@@ -1,0 +1,111 @@
+"""The run directory on disk: config.json, metrics.jsonl and the digests of parameters.
+
+RUN_DIR/config.json      everything needed to rerun or resume (``write_config``)
+RUN_DIR/metrics.jsonl    one JSON object a line (written by ``logging.RunLogger``)
+RUN_DIR/checkpoints/     orbax (``checkpoints``)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import json
+import math
+import os
+import types
+import typing
+
+import jax
+import numpy as np
+
+CONFIG = "config.json"
+METRICS = "metrics.jsonl"
+
+
+class RunDirError(ValueError):
+    """A run directory that is missing, empty or unreadable."""
+
+
+def default_run_dir(algo: str, env_id: str) -> str:
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return os.path.join("runs", f"{algo}_{env_id.replace(':', '-')}_{stamp}")
+
+
+def params_digest(params) -> str:
+    """sha256 of the parameters' bytes in tree order: equal digests, bit-equal parameters."""
+    digest = hashlib.sha256()
+    for leaf in jax.tree.leaves(jax.device_get(params)):
+        leaf = np.ascontiguousarray(leaf)
+        digest.update(str((leaf.shape, leaf.dtype.str)).encode())
+        digest.update(leaf.tobytes())
+    return digest.hexdigest()
+
+
+def write_config(run_dir: str, record: dict) -> None:
+    """Writes config.json atomically (a temporary file, then a rename)."""
+    path = os.path.join(run_dir, CONFIG)
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f, indent=2)
+    os.replace(path + ".tmp", path)
+
+
+def read_config(run_dir: str) -> dict:
+    """The raw record of config.json."""
+    path = os.path.join(run_dir, CONFIG)
+    if not os.path.isdir(run_dir):
+        raise RunDirError(f"run dir {run_dir!r} does not exist")
+    if not os.path.isfile(path):
+        raise RunDirError(f"run dir {run_dir!r} has no {CONFIG}: not a heron run")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise RunDirError(f"{path!r} is unreadable: {error}") from error
+
+
+def config_from_record(config_type, values: dict, where: str, renamed: dict | None = None):
+    """A config dataclass from JSON values: lists back to tuples, sub-configs rebuilt,
+    unknown fields refused (``renamed`` maps an old field to the one that replaced it)."""
+    if not isinstance(values, dict):
+        raise RunDirError(f"{where}: expected an object of {config_type.__name__} fields")
+    hints = typing.get_type_hints(config_type)
+    kwargs = {}
+    for name, value in values.items():
+        if name not in hints:
+            hint = f" (now {renamed[name]})" if renamed and name in renamed else ""
+            raise RunDirError(f"unknown field {name!r}{hint} for {config_type.__name__} in {where}")
+        hint = hints[name]
+        if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+            value = config_from_record(hint, value, where)
+        elif isinstance(value, list) and (
+            typing.get_origin(hint) is tuple or isinstance(hint, types.UnionType)
+        ):
+            value = tuple(value)
+        kwargs[name] = value
+    return config_type(**kwargs)
+
+
+def truncate_metrics(run_dir: str, step: int) -> list[dict]:
+    """Drops the lines written after the checkpoint at ``step`` (they will be written
+    again); returns the lines kept."""
+    path = os.path.join(run_dir, METRICS)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    kept = [r for r in records if r.get("step", 0) <= step]
+    with open(path + ".tmp", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in kept)
+    os.replace(path + ".tmp", path)
+    return kept
+
+
+def greedy_history(records: list[dict], temperature: float, seeds: list[int]) -> list[np.ndarray]:
+    """The greedy evaluations recorded so far, one array [K] (per seed) per evaluation."""
+    by_step: dict[int, dict[int, float]] = {}
+    for r in records:
+        if r.get("kind") == "eval" and r.get("temperature") == temperature:
+            value = r["return_mean"]
+            by_step.setdefault(r["step"], {})[r["seed"]] = math.nan if value is None else value
+    return [np.array([by_step[s].get(seed, math.nan) for seed in seeds]) for s in sorted(by_step)]

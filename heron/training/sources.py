@@ -1,0 +1,200 @@
+"""Sources of experience: where the steps the driver adds to the replay come from.
+
+A source is a set of pure functions the driver compiles into every iteration:
+
+    source_state, steps = source.init(agent, agent_state, key)          # steps [lanes, t0]
+    source_state, steps = source.collect(agent, agent_state, source_state, key)  # or None
+    source_state = source.restart(agent, agent_state, source_state, key)  # after a resume
+
+plus what the driver needs to know about it: ``lanes`` (the replay's environments),
+``num_envs`` (environments stepped; their episodes are counted), ``steps_per_iteration``
+(what an iteration counts towards ``--steps``), ``learn_limit`` (most learning steps per
+iteration; None leaves it to the replay's rate), ``replay_sizes`` (what the source needs of
+the replay, e.g. a dataset's capacity), and readers of its state (``observations``: the
+observation pipeline's state, used by the policy when evaluating; ``episodes``: the
+episode statistics).
+
+``EnvSource`` steps environments (JAX envs, or Gymnasium envs through host callbacks);
+``heron.offline`` provides a dataset source and ``heron.distributed`` Ray actors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple, Protocol
+
+import jax
+import jax.numpy as jnp
+
+from heron.agents.base import Agent
+from heron.envs.wrappers import ObservationPipeline, PipelineState
+from heron.types import Experience, TimeStep
+
+
+class EpisodeStats(NamedTuple):
+    """Running returns per env [B] and cumulative totals over completed episodes."""
+
+    episode_return: jax.Array  # [B]
+    episode_length: jax.Array  # [B]
+    completed: jax.Array  # int32: episodes completed so far
+    return_sum: jax.Array  # float32: sum of their returns
+    return_sq_sum: jax.Array  # float32: sum of their squared returns
+
+    @classmethod
+    def zeros(cls, num_envs: int) -> EpisodeStats:
+        return cls(
+            jnp.zeros(num_envs, jnp.float32),
+            jnp.zeros(num_envs, jnp.int32),
+            jnp.zeros((), jnp.int32),
+            jnp.zeros((), jnp.float32),
+            jnp.zeros((), jnp.float32),
+        )
+
+    def update(self, timestep: TimeStep) -> EpisodeStats:
+        """Counts the raw step [B] (rewards before any scaling)."""
+        first, last = timestep.is_first(), timestep.is_last()
+        episode_return = jnp.where(first, 0.0, self.episode_return + timestep.reward)
+        episode_length = jnp.where(first, 0, self.episode_length + 1)
+        ended = jnp.where(last, episode_return, 0.0)
+        return EpisodeStats(
+            episode_return=episode_return,
+            episode_length=episode_length,
+            completed=self.completed + jnp.sum(last).astype(jnp.int32),
+            return_sum=self.return_sum + jnp.sum(ended),
+            return_sq_sum=self.return_sq_sum + jnp.sum(ended**2),
+        )
+
+
+class Source(Protocol):
+    lanes: int
+    num_envs: int
+    steps_per_iteration: int
+    learn_limit: int | None
+    replay_sizes: dict
+    resume_note: str | None  # said when a resumed run cannot continue exactly
+
+    def init(self, agent: Agent, agent_state, key) -> tuple[Any, Any]: ...
+
+    def collect(self, agent: Agent, agent_state, source_state, key) -> tuple[Any, Any]: ...
+
+    def restart(self, agent: Agent, agent_state, source_state, key) -> Any: ...
+
+    def observations(self, source_state) -> PipelineState: ...
+
+    def episodes(self, source_state) -> EpisodeStats: ...
+
+
+class EnvSourceState(NamedTuple):
+    env_state: Any  # the environments' state (a dummy for host environments)
+    observations: PipelineState  # normalisation statistics and observation history
+    pending: Experience  # [B]: the last step acted on, whose action is not yet executed
+    carry: Any  # the agent's recurrent state after acting on ``pending``
+    stats: EpisodeStats
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSource:
+    """``num_envs`` environments stepped ``unroll_length`` times per iteration by the
+    agent's ``act``; observations go through ``pipeline`` first (episode statistics are
+    taken before it, on the raw rewards)."""
+
+    env: Any
+    pipeline: ObservationPipeline
+    unroll_length: int
+
+    @property
+    def num_envs(self) -> int:
+        return self.env.num_envs
+
+    @property
+    def lanes(self) -> int:
+        return self.env.num_envs
+
+    @property
+    def steps_per_iteration(self) -> int:
+        return self.unroll_length * self.env.num_envs
+
+    @property
+    def learn_limit(self) -> int | None:
+        return None  # as many learning steps as the replay allows
+
+    @property
+    def replay_sizes(self) -> dict:
+        return {}  # the agent's own replay settings
+
+    @property
+    def resume_note(self) -> str | None:
+        if self.env.is_jax:
+            return None
+        return (
+            "Gymnasium environments cannot be saved in a checkpoint: their episodes restart "
+            "on resume"
+        )
+
+    def _observe_and_act(
+        self, agent: Agent, agent_state, raw: TimeStep, observations, carry, stats, key
+    ):
+        """Episode statistics on the raw step, the pipeline's view of it, and the action."""
+        stats = stats.update(raw)
+        observations, timestep = self.pipeline.apply(observations, raw, update_stats=True)
+        action, new_carry, extras = agent.act(agent_state, timestep, carry, key)
+        return Experience.from_timestep(timestep, action, extras), observations, new_carry, stats
+
+    def _first(self, agent: Agent, agent_state, observations, stats, key) -> EnvSourceState:
+        env_key, act_key = jax.random.split(key)
+        env_state, raw = self.env.reset(env_key)
+        step, observations, carry, stats = self._observe_and_act(
+            agent,
+            agent_state,
+            raw,
+            self.pipeline.with_history_for(observations, self.num_envs),
+            agent.initial_carry(self.num_envs),
+            stats,
+            act_key,
+        )
+        return EnvSourceState(env_state, observations, step, carry, stats)
+
+    def init(self, agent: Agent, agent_state, key):
+        """Fresh environments whose first step the agent has acted on: that step is the first
+        to enter the replay."""
+        state = self._first(
+            agent,
+            agent_state,
+            self.pipeline.init(self.num_envs),
+            EpisodeStats.zeros(self.num_envs),
+            key,
+        )
+        return state, jax.tree.map(lambda x: x[:, None], state.pending)
+
+    def collect(self, agent: Agent, agent_state, state: EnvSourceState, key):
+        """``unroll_length`` new steps [B, T], each acted on."""
+
+        def one_step(carry, step_key):
+            env_state, observations, pending, agent_carry, stats = carry
+            env_key, act_key = jax.random.split(step_key)
+            env_state, raw = self.env.step(env_state, pending.action, env_key)
+            step, observations, agent_carry, stats = self._observe_and_act(
+                agent, agent_state, raw, observations, agent_carry, stats, act_key
+            )
+            return EnvSourceState(env_state, observations, step, agent_carry, stats), step
+
+        keys = jax.random.split(key, self.unroll_length)
+        state, steps = jax.lax.scan(one_step, state, keys)
+        return state, jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), steps)  # [B, T]
+
+    def restart(self, agent: Agent, agent_state, state: EnvSourceState, key):
+        """Host environments start fresh episodes after a resume (their state was not saved);
+        JAX environments continue exactly where the checkpoint left them."""
+        if self.env.is_jax:
+            return state
+        episodes = EpisodeStats.zeros(self.num_envs)
+        stats = state.stats._replace(
+            episode_return=episodes.episode_return, episode_length=episodes.episode_length
+        )
+        return self._first(agent, agent_state, state.observations, stats, key)
+
+    def observations(self, state: EnvSourceState) -> PipelineState:
+        return state.observations
+
+    def episodes(self, state: EnvSourceState) -> EpisodeStats:
+        return state.stats
