@@ -29,6 +29,7 @@ from heron.training import checkpoints, driver, rundir
 from heron.training.config import RunConfig
 from heron.training.driver import Setup, TrainingError, seed_keys
 from heron.training.evaluation import make_evaluate
+from heron.training.program import SEED_AXIS
 from heron.training.sources import EnvSource
 
 DEFAULT_UPDATES_PER_ITERATION = 1_000
@@ -47,7 +48,7 @@ def _evaluation(agent: Agent, run: RunConfig, pipeline: ObservationPipeline):
         return None  # training episodes stand for the evaluation
     groups = len(run.eval_temperatures)
     eval_env = envs.make(run.env, run.n_evals * groups, run.max_timestep_eval)
-    return make_evaluate(agent, eval_env, run.eval_temperatures, pipeline)
+    return make_evaluate(agent, eval_env, run.eval_temperatures, pipeline, SEED_AXIS)
 
 
 def build(algo: str, agent_config=None, run: RunConfig | None = None) -> Setup:

@@ -1,5 +1,8 @@
 """CRR: policy-improvement modes and baselines, targets, Boltzmann resampling, bad input."""
 
+import dataclasses
+import json
+
 import gymnasium
 import jax
 import jax.numpy as jnp
@@ -7,22 +10,31 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from heron import agents
-from heron.agents import ConfigError, CRRConfig, boltzmann, crr
+from heron import agents, api
+from heron.agents import ConfigError, CRRConfig, NetworkConfig, boltzmann, crr
+from heron.agents.base import ReplayConfig
 from heron.specs import EnvSpec, action_spec_from_space
-from heron.types import Experience, StepType
+from heron.training import RunConfig, checkpoints
+from heron.types import Experience, StepType, TimeStep
 
 BOX = EnvSpec((3,), np.float32, action_spec_from_space(gymnasium.spaces.Box(-2.0, 2.0, (1,))))
 DISCRETE = EnvSpec((4,), np.float32, action_spec_from_space(gymnasium.spaces.Discrete(2)))
-SMALL = dict(hidden_sizes=(32, 32), num_atoms=11, vmin=-10.0, vmax=10.0)
+MULTI = EnvSpec((4,), np.float32, action_spec_from_space(gymnasium.spaces.MultiDiscrete([3, 3])))
+SMALL = dict(
+    network=dataclasses.replace(crr.acme_network(), hidden_sizes=(32, 32)),
+    num_atoms=11,
+    vmin=-10.0,
+    vmax=10.0,
+)
 
 
 def _sequences(spec, length=3, batch=8, seed=0):
-    """Sequences [L, M] as the driver hands them to ``update``; step 1 of env 0 is LAST."""
+    """Sequences [L, M] as the learner hands them to ``update``; step 1 of env 0 is LAST."""
     key = jax.random.PRNGKey(seed)
     step_type = jnp.full((length, batch), StepType.MID, jnp.int32).at[1, 0].set(StepType.LAST)
     if spec.action.is_discrete:
-        action = jax.random.randint(key, (length, batch), 0, spec.action.n_actions)
+        shape = (length, batch) + spec.action.action_shape
+        action = jax.random.randint(key, shape, 0, spec.action.n_actions)
     else:
         action = jax.random.uniform(key, (length, batch, 1), minval=-2.0, maxval=2.0)
     return Experience(
@@ -36,27 +48,53 @@ def _sequences(spec, length=3, batch=8, seed=0):
     )
 
 
+def _timestep(batch, obs_shape, seed=0):
+    observation = jax.random.normal(jax.random.PRNGKey(seed), (batch,) + obs_shape)
+    return TimeStep(jnp.ones(batch, jnp.int32), jnp.zeros(batch), jnp.ones(batch), observation)
+
+
+def _with_varied_critic(state, seed=7):
+    """The critic's head (zeros at init, so Q = 0 everywhere) given random weights: Q
+    differs between actions and states."""
+
+    def perturb(path, x):
+        names = [getattr(p, "key", "") for p in path]
+        if "head" in names:
+            return jax.random.normal(jax.random.PRNGKey(seed), x.shape) * 0.5
+        return x
+
+    critic = jax.tree_util.tree_map_with_path(perturb, state.critic_params)
+    return state._replace(critic_params=critic, target_critic_params=critic)
+
+
 @pytest.mark.parametrize("mode", ["exp", "binary", "all"])
-@pytest.mark.parametrize("baseline", ["mean", "max", "min"])
-def test_update_in_every_mode_and_baseline(mode, baseline):
-    config = CRRConfig(policy_improvement_mode=mode, baseline_reduce=baseline, **SMALL)
+def test_update_in_every_mode(mode):
+    config = CRRConfig(policy_improvement_mode=mode, **SMALL)
     agent = agents.make("crr", BOX, config)
-    state = agent.init(jax.random.PRNGKey(0))
-    batch = _sequences(BOX)
-    new_state, metrics = agent.update(state, batch, jax.random.PRNGKey(1))
+    state = _with_varied_critic(agent.init(jax.random.PRNGKey(0)))
+    new_state, metrics = agent.update(state, _sequences(BOX), jax.random.PRNGKey(1))
     assert all(np.isfinite(float(v)) for v in metrics.values())
     assert int(new_state.update_step) == 1
     coefficient = float(metrics["crr/coefficient"])
     if mode == "all":
         assert coefficient == 1.0
     elif mode == "binary":
-        assert 0.0 <= coefficient <= 1.0
+        assert 0.0 < coefficient < 1.0  # a varied critic: some advantages are positive
     else:
-        assert 0.0 < coefficient <= config.ratio_upper_bound
-    if baseline == "max":
-        assert float(metrics["crr/advantage"]) <= 1e-6  # Q(s, a) - max over samples
-    if baseline == "min":
-        assert float(metrics["crr/advantage"]) >= -1e-6
+        assert 0.0 < coefficient <= config.ratio_upper_bound and coefficient != 1.0
+
+
+def test_baselines_are_the_mean_max_and_min_over_policy_samples():
+    """Same state, batch and samples: the advantage against the max baseline is the
+    smallest and against the min baseline the largest (swapping max and min fails this)."""
+    advantages = {}
+    for baseline in ("mean", "max", "min"):
+        agent = agents.make("crr", BOX, CRRConfig(baseline_reduce=baseline, **SMALL))
+        state = _with_varied_critic(agent.init(jax.random.PRNGKey(0)))
+        _, metrics = agent.update(state, _sequences(BOX), jax.random.PRNGKey(1))
+        advantages[baseline] = float(metrics["crr/advantage"])
+    assert advantages["max"] < advantages["mean"] < advantages["min"]
+    assert advantages["min"] - advantages["max"] > 0.05
 
 
 def test_coefficients():
@@ -75,8 +113,9 @@ def test_critic_learns_a_fixed_batch_and_targets_copy_on_schedule():
     initial_target = state.target_critic_params
     batch = _sequences(BOX)
     losses = []
+    update = jax.jit(agent.update)
     for step in range(5):
-        state, metrics = agent.update(state, batch, jax.random.PRNGKey(step))
+        state, metrics = update(state, batch, jax.random.PRNGKey(step))
         losses.append(float(metrics["loss/critic"]))
         same = jax.tree.leaves(
             jax.tree.map(jnp.array_equal, state.target_critic_params, initial_target)
@@ -88,40 +127,70 @@ def test_critic_learns_a_fixed_batch_and_targets_copy_on_schedule():
     assert losses[-1] < losses[0]
 
 
-def test_discrete_actions():
-    agent = agents.make("crr", DISCRETE, CRRConfig(**SMALL))
+@pytest.mark.parametrize("spec, shape", [(DISCRETE, (5,)), (MULTI, (5, 2))])
+def test_discrete_and_multi_discrete_actions(spec, shape):
+    agent = agents.make("crr", spec, CRRConfig(**SMALL))
     state = agent.init(jax.random.PRNGKey(0))
-    from heron.types import TimeStep
-
-    timestep = TimeStep(jnp.ones(5, jnp.int32), jnp.zeros(5), jnp.ones(5), jnp.zeros((5, 4)))
-    action, _, _ = agent.act(state, timestep, (), jax.random.PRNGKey(0))
-    assert action.shape == (5,) and action.dtype == jnp.int32
-    _, metrics = agent.update(state, _sequences(DISCRETE), jax.random.PRNGKey(1))
+    action, _, _ = agent.act(state, _timestep(5, (4,)), agent.initial_carry(5), jax.random.key(0))
+    assert action.shape == shape and action.dtype == jnp.int32
+    _, metrics = agent.update(state, _sequences(spec), jax.random.PRNGKey(1))
     assert np.isfinite(float(metrics["loss/policy"]))
 
 
-def test_actions_land_in_the_box_and_boltzmann_acting_works():
-    from heron.types import TimeStep
+def test_multi_discrete_controls_each_get_their_own_log_prob():
+    """A MultiDiscrete policy is a product of one categorical per control."""
+    agent = agents.make("crr", MULTI, CRRConfig(**SMALL))
+    state = agent.init(jax.random.PRNGKey(0))
+    batch = _sequences(MULTI)
+    _, metrics = agent.update(state, batch, jax.random.PRNGKey(1))
+    # At init the policy is uniform over 3 x 3 joint actions; behaviour cloning's loss (mode
+    # all, coefficient 1) is -log(1/9) per transition.
+    bc = agents.make("crr", MULTI, CRRConfig(policy_improvement_mode="all", **SMALL))
+    _, bc_metrics = bc.update(bc.init(jax.random.PRNGKey(0)), batch, jax.random.PRNGKey(1))
+    assert float(bc_metrics["loss/policy"]) == pytest.approx(np.log(9.0), rel=1e-3)
 
-    timestep = TimeStep(
-        jnp.ones(64, jnp.int32),
-        jnp.zeros(64),
-        jnp.ones(64),
-        jax.random.normal(jax.random.PRNGKey(0), (64, 3)),
-    )
+
+def test_actions_land_in_the_box_and_greedy_is_deterministic():
+    timestep = _timestep(64, (3,))
     for acting in ("policy", "boltzmann"):
         agent = agents.make("crr", BOX, CRRConfig(acting=acting, **SMALL))
         state = agent.init(jax.random.PRNGKey(0))
-        action, _, _ = agent.act(state, timestep, (), jax.random.PRNGKey(1))
+        carry = agent.initial_carry(64)
+        action, _, _ = agent.act(state, timestep, carry, jax.random.PRNGKey(1))
         assert action.shape == (64, 1)
         assert float(action.min()) >= -2.0 and float(action.max()) <= 2.0
-        greedy, _, _ = agent.act(
-            state, timestep, (), jax.random.PRNGKey(2), mode="predict", temperature=0.0
-        )
-        again, _, _ = agent.act(
-            state, timestep, (), jax.random.PRNGKey(3), mode="predict", temperature=0.0
-        )
+        greedy, _ = agent.policy(state, timestep, carry, jax.random.PRNGKey(2), 0.0)
+        again, _ = agent.policy(state, timestep, carry, jax.random.PRNGKey(3), 0.0)
         np.testing.assert_array_equal(greedy, again)
+
+
+def _critic_preferring_action_one(state, num_atoms):
+    """A critic (mlp torso of 8 tanh units) whose Q is the top atom for action 1 and the
+    middle of the support for action 0, whatever the observation."""
+    params = jax.tree.map(jnp.zeros_like, state.critic_params)
+    inner = params["params"]
+    kernel = inner["Torso_0"]["Dense_0"]["kernel"]  # [obs 4 + one-hot 2, 8]
+    inner["Torso_0"]["Dense_0"]["kernel"] = kernel.at[-1].set(3.0)  # action 1 lights up
+    head = inner["head"]["Dense_0"]["kernel"]  # [8, atoms]
+    inner["head"]["Dense_0"]["kernel"] = head.at[:, num_atoms - 1].set(5.0)
+    return state._replace(critic_params=params)
+
+
+def test_boltzmann_acting_prefers_the_action_the_critic_prefers():
+    network = NetworkConfig(hidden_sizes=(8,), torso="mlp", activation="tanh")
+    settings = dict(network=network, num_atoms=11, vmin=-10.0, vmax=10.0)
+    timestep = _timestep(4000, (4,))
+    fractions = {}
+    for acting in ("policy", "boltzmann"):
+        config = CRRConfig(acting=acting, boltzmann_beta=0.5, boltzmann_samples=8, **settings)
+        agent = agents.make("crr", DISCRETE, config)
+        state = _critic_preferring_action_one(agent.init(jax.random.PRNGKey(0)), 11)
+        action, _, _ = agent.act(state, timestep, agent.initial_carry(4000), jax.random.key(1))
+        fractions[acting] = float(jnp.mean(action == 1))
+    # The policy is uniform at init; Boltzmann resampling picks action 1 whenever one of the
+    # 8 candidates is action 1 (Q about 10 against 0 at beta 0.5): 1 - 0.5 ** 8 of the time.
+    assert fractions["policy"] == pytest.approx(0.5, abs=0.05)
+    assert fractions["boltzmann"] == pytest.approx(1 - 0.5**8, abs=0.01)
 
 
 def test_boltzmann_frequencies_match_softmax():
@@ -161,9 +230,11 @@ def test_recurrent_boltzmann_returns_the_chosen_samples_states():
         ({"num_atoms": 1}, "crr.num_atoms must be >= 2, got 1"),
         ({"policy_improvement_mode": "softmax"}, "must be one of exp, binary, all"),
         ({"baseline_reduce": "median"}, "must be one of mean, max, min"),
-        ({"mini_batch_length": 1}, "crr.mini_batch_length must be >= 2"),
+        ({"sequence_length": 1}, "crr.sequence_length must be >= 2"),
         ({"discount": 1.5}, r"crr.discount must be in \[0, 1\]"),
         ({"acting": "greedy"}, "crr.acting must be one of policy, boltzmann"),
+        ({"replay": ReplayConfig(capacity=0)}, "crr.replay.capacity must be >= 1, got 0"),
+        ({"replay": ReplayConfig(ratio=0.0)}, "crr.replay.ratio must be > 0"),
     ],
 )
 def test_bad_config(overrides, message):
@@ -172,8 +243,6 @@ def test_bad_config(overrides, message):
 
 
 def _small_crr_run(**overrides):
-    from heron.training import RunConfig
-
     settings = dict(
         env="gymnax:Pendulum-v1",
         steps=512,
@@ -189,30 +258,35 @@ def _small_crr_run(**overrides):
 
 
 SMALL_CRR = CRRConfig(
-    mini_batch_size=16, min_replay_size=64, replay_ratio=0.5, unroll_length=2, **SMALL
+    batch_size=16,
+    replay=ReplayConfig(min_size=64, ratio=0.5),
+    unroll_length=2,
+    **SMALL,
 )
 
 
-def test_off_policy_updates_wait_for_min_replay_size(tmp_path):
-    import json
-
-    from heron.training import build, train
-
-    setup = build("crr", SMALL_CRR, _small_crr_run())
-    assert setup.agent.schedule.num_updates == 4  # 0.5 x (2 steps x 4 envs)
-    summary = train(setup, str(tmp_path / "run"))
+def test_off_policy_updates_follow_the_replay_ratio_once_min_size_is_stored(tmp_path):
+    summary = api.train(api.build("crr", SMALL_CRR, _small_crr_run()), str(tmp_path / "run"))
     lines = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
     updates = [(line["step"], line["train/updates"]) for line in lines if line["kind"] == "train"]
-    # The unrolls add 8 steps each (the first one also its starting step): 64 stored at step 64.
+    # The first step of every env enters at the start (4), then 8 steps per iteration:
+    # 68 >= 64 stored at step 64, and from then on 0.5 x 8 updates per iteration.
     assert [u for step, u in updates if step < 64] == [0.0] * 7
     assert all(u == 4.0 for step, u in updates if step >= 64)
     assert summary["steps"] == 512 and summary["final_eval_return"] is not None
 
 
-def test_off_policy_resume_is_exact(tmp_path, monkeypatch):
-    from heron.training import build, checkpoints, resume, train
+def test_a_fractional_replay_ratio_is_honoured_over_iterations(tmp_path):
+    config = dataclasses.replace(SMALL_CRR, replay=ReplayConfig(min_size=16, ratio=0.05))
+    api.train(api.build("crr", config, _small_crr_run(steps=800)), str(tmp_path / "run"))
+    lines = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+    updates = sum(line["train/updates"] for line in lines if line["kind"] == "train")
+    # 0.05 updates per step: 0.4 per iteration of 8 steps, from the 2nd iteration on (20 >= 16)
+    assert updates == int(0.05 * 8 * 99)
 
-    straight = train(build("crr", SMALL_CRR, _small_crr_run()), str(tmp_path / "a"))
+
+def test_off_policy_resume_is_exact(tmp_path, monkeypatch):
+    straight = api.train(api.build("crr", SMALL_CRR, _small_crr_run()), str(tmp_path / "a"))
     original = checkpoints.Checkpointer.save
 
     class Killed(Exception):
@@ -225,41 +299,22 @@ def test_off_policy_resume_is_exact(tmp_path, monkeypatch):
 
     monkeypatch.setattr(checkpoints.Checkpointer, "save", save_then_die)
     with pytest.raises(Killed):
-        train(build("crr", SMALL_CRR, _small_crr_run()), str(tmp_path / "b"))
+        api.train(api.build("crr", SMALL_CRR, _small_crr_run()), str(tmp_path / "b"))
     monkeypatch.setattr(checkpoints.Checkpointer, "save", original)
-    assert resume(str(tmp_path / "b"))["params_digest"] == straight["params_digest"]
+    assert api.resume(str(tmp_path / "b"))["params_digest"] == straight["params_digest"]
 
 
 def test_crr_on_gymnasium_pendulum_from_the_cli(tmp_path, capsys):
-    import json
-
     from heron.cli import main
 
     argv = [
-        "train",
-        "crr",
-        "--env",
-        "gym:Pendulum-v1",
-        "--steps",
-        "256",
-        "--num-envs",
-        "4",
-        "--n-evals",
-        "2",
-        "--eval-temperatures",
-        "0",
-        "--run-dir",
-        str(tmp_path / "run"),
-        "--crr.hidden-sizes",
-        "32",
-        "32",
-        "--crr.min-replay-size",
-        "32",
-        "--crr.mini-batch-size",
-        "16",
-        "--crr.acting",
-        "boltzmann",
-    ]
+        "train", "crr", "--env", "gym:Pendulum-v1", "--steps", "256", "--num-envs", "4",
+        "--n-evals", "2", "--eval-temperatures", "0", "--run-dir", str(tmp_path / "run"),
+        "--crr.network.hidden-sizes", "32", "32", "--crr.replay.min-size", "32",
+        "--crr.batch-size", "16", "--crr.acting", "boltzmann",
+    ]  # fmt: skip
     assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert summary["steps"] == 256 and -2000 < summary["final_eval_return"] <= 0
+    assert summary["steps"] == 256 and summary["final_eval_return"] is not None
+    lines = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+    assert sum(line["train/updates"] for line in lines if line["kind"] == "train") > 0

@@ -1,3 +1,5 @@
+import dataclasses
+
 import gymnasium
 import jax
 import jax.numpy as jnp
@@ -5,9 +7,11 @@ import numpy as np
 import pytest
 
 from heron import agents
-from heron.agents import ConfigError, PPOConfig
+from heron.agents import ConfigError, NetworkConfig, PPOConfig
+from heron.agents.ppo import PPOBatch, policy_value_network
+from heron.networks import distributions
 from heron.specs import EnvSpec, action_spec_from_space
-from heron.types import StepType, TimeStep
+from heron.types import Experience, StepType, TimeStep
 
 
 def _spec(action_space, obs_shape=(3,)):
@@ -35,31 +39,28 @@ def _timestep(batch, obs_shape=(3,)):
 def test_act_serves_every_action_space(space, action_shape, dtype, two_towers):
     agent = agents.make("ppo", _spec(space), PPOConfig(two_towers=two_towers))
     state = agent.init(jax.random.PRNGKey(0))
-    action, carry, extras = agent.act(state, _timestep(5), (), jax.random.PRNGKey(2))
+    carry = agent.initial_carry(5)
+    action, _, extras = agent.act(state, _timestep(5), carry, jax.random.PRNGKey(2))
     assert action.shape == action_shape and action.dtype == dtype
     assert extras["log_prob"].shape == (5,) and extras["value"].shape == (5,)
-    greedy, _, _ = agent.act(
-        state, _timestep(5), (), jax.random.PRNGKey(3), mode="predict", temperature=0.0
-    )
-    again, _, _ = agent.act(
-        state, _timestep(5), (), jax.random.PRNGKey(4), mode="predict", temperature=0.0
-    )
+    greedy, _ = agent.policy(state, _timestep(5), carry, jax.random.PRNGKey(3), 0.0)
+    again, _ = agent.policy(state, _timestep(5), carry, jax.random.PRNGKey(4), 0.0)
     np.testing.assert_array_equal(greedy, again)  # temperature 0 is deterministic
+    tiny, _ = agent.policy(state, _timestep(5), carry, jax.random.PRNGKey(4), 1e-20)
+    np.testing.assert_array_equal(tiny, greedy)  # an underflowing temperature is greedy
 
 
 def test_two_towers_have_separate_torsos():
     spec = _spec(gymnasium.spaces.Discrete(2))
     shared = agents.make("ppo", spec, PPOConfig(two_towers=False)).init(jax.random.PRNGKey(0))
     towers = agents.make("ppo", spec, PPOConfig(two_towers=True)).init(jax.random.PRNGKey(0))
-    count = lambda state: sum(x.size for x in jax.tree.leaves(state.params))
+    count = lambda state: sum(x.size for x in jax.tree.leaves(state.params))  # noqa: E731
     assert count(towers) > count(shared)
 
 
 def _batch(agent, state, n=64):
     timestep = _timestep(n)
-    action, _, extras = agent.act(state, timestep, (), jax.random.PRNGKey(5))
-    from heron.agents.ppo import PPOBatch
-
+    action, _, extras = agent.act(state, timestep, agent.initial_carry(n), jax.random.PRNGKey(5))
     advantage = jnp.where(action == 1, 1.0, -1.0)
     return PPOBatch(
         timestep.observation[None],
@@ -72,19 +73,24 @@ def _batch(agent, state, n=64):
     )
 
 
+def _probability_of_one(agent, state):
+    timestep = _timestep(64)
+    keys = jax.random.split(jax.random.PRNGKey(9), 2000)
+    carry = agent.initial_carry(64)
+    actions = jax.vmap(lambda k: agent.policy(state, timestep, carry, k, 1.0)[0])(keys)
+    return float(jnp.mean(actions == 1))
+
+
 def test_update_moves_policy_towards_positive_advantages():
     agent = agents.make(
-        "ppo",
-        _spec(gymnasium.spaces.Discrete(2)),
-        PPOConfig(learning_rate=1e-2, entropy_weight=0.0),
+        "ppo", _spec(gymnasium.spaces.Discrete(2)), PPOConfig(learning_rate=1e-2, entropy_cost=0.0)
     )
     state = agent.init(jax.random.PRNGKey(0))
     batch = _batch(agent, state)
-    probability = lambda s: jnp.mean(jax.nn.softmax(_logits(agent, s))[:, 1])
-    before = probability(state)
+    before = _probability_of_one(agent, state)
     for _ in range(10):
         state, metrics = agent.update(state, batch, jax.random.PRNGKey(0))
-    assert probability(state) > before + 0.05
+    assert _probability_of_one(agent, state) > before + 0.05
     assert int(state.update_step) == 10
     assert set(metrics) >= {
         "loss/total",
@@ -96,18 +102,6 @@ def test_update_moves_policy_towards_positive_advantages():
     }
 
 
-def _logits(agent, state):
-    from heron.networks import PolicyValueNet
-
-    net = PolicyValueNet(
-        spec=agent.spec.action,
-        hidden_sizes=agent.config.hidden_sizes,
-        activation=agent.config.activation,
-        two_towers=agent.config.two_towers,
-    )
-    return net.apply(state.params, _timestep(64).observation)[0]
-
-
 def test_first_update_has_ratio_one_and_zero_kl():
     agent = agents.make("ppo", _spec(gymnasium.spaces.Discrete(2)), PPOConfig())
     state = agent.init(jax.random.PRNGKey(0))
@@ -116,23 +110,109 @@ def test_first_update_has_ratio_one_and_zero_kl():
     assert float(metrics["ppo/clip_fraction"]) == 0.0
 
 
+def _unroll(agent, state, num_envs=16, length=8, seed=0):
+    """A collected unroll [B, T+1] with the behaviour policy's extras."""
+    keys = jax.random.split(jax.random.PRNGKey(seed), 3)
+    observation = jax.random.normal(keys[0], (num_envs, length + 1, 3))
+    step_type = jnp.where(
+        jax.random.uniform(keys[1], (num_envs, length + 1)) < 0.1, StepType.LAST, StepType.MID
+    ).astype(jnp.int32)
+    timestep = TimeStep(
+        step_type,
+        jnp.ones_like(observation[..., 0]),
+        jnp.ones_like(observation[..., 0]),
+        observation,
+    )
+    flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), timestep)
+    action, _, extras = agent.act(state, flat, agent.initial_carry(flat.reward.shape[0]), keys[2])
+    unflat = lambda x: x.reshape((num_envs, length + 1) + x.shape[1:])  # noqa: E731
+    return Experience.from_timestep(timestep, unflat(action), jax.tree.map(unflat, extras))
+
+
+def _learn_once(config, unroll_length=8, num_envs=16):
+    agent = agents.make("ppo", _spec(gymnasium.spaces.Discrete(2)), config)
+    state = agent.init(jax.random.PRNGKey(0))
+    replay = agent.make_replay(num_envs)
+    unroll = _unroll(agent, state, num_envs, unroll_length)
+    replay_state = replay.init(jax.tree.map(lambda x: x[:, 0], unroll))
+    replay_state = replay.add(replay_state, unroll)
+    assert bool(replay.can_sample(replay_state))
+    new_state, replay_state, metrics = jax.jit(agent.learn, static_argnums=1)(
+        state, replay, replay_state, jax.random.PRNGKey(1)
+    )
+    assert not bool(replay.can_sample(replay_state))  # the unroll is consumed once
+    return agent, state, new_state, metrics, unroll
+
+
+def test_learn_runs_every_epoch_over_every_minibatch():
+    config = PPOConfig(unroll_length=8, batch_size=32, num_epochs=3)
+    _, state, new_state, metrics, _ = _learn_once(config)
+    assert float(metrics["train/updates"]) == 3 * (16 * 8 // 32)
+    assert int(new_state.update_step) == 12
+
+
+def test_target_kl_stops_after_the_update_that_exceeds_it():
+    """Trax's rule: the KL to the behaviour policy is measured on the whole batch after each
+    update; the update that crosses 1.5 x target_kl is kept, and no further one is made."""
+    loose = PPOConfig(unroll_length=8, batch_size=16, num_epochs=4, learning_rate=3e-2)
+    agent, state, _, free_metrics, unroll = _learn_once(loose)
+    total = 4 * (16 * 8 // 16)
+    assert float(free_metrics["train/updates"]) == total
+    target_kl = 0.002
+    _, _, new_state, metrics, _ = _learn_once(dataclasses.replace(loose, target_kl=target_kl))
+    updates = int(metrics["train/updates"])
+    assert 1 <= updates < total
+    assert int(new_state.update_step) == updates
+    assert _whole_batch_kl(agent, new_state.params, unroll) > 1.5 * target_kl
+    assert _whole_batch_kl(agent, state.params, unroll) == pytest.approx(0.0, abs=1e-6)
+
+
+def _whole_batch_kl(agent, params, unroll):
+    """E[(r - 1) - log r] over the executed steps of ``unroll`` [B, T+1], r = pi / mu."""
+    network = policy_value_network(agent.spec, agent.config)
+    observation = unroll.observation[:, :-1]
+    first = jnp.zeros(observation.shape[:2], bool)
+    out = network.step(params, network.initial_state(first.shape), observation, first)[1]
+    dist = distributions.make(agent.spec.action, out["policy"])
+    log_ratio = dist.log_prob(unroll.action[:, :-1]) - unroll.extras["log_prob"][:, :-1]
+    mask = unroll.step_type[:, :-1] != StepType.LAST
+    return float(jnp.sum((jnp.expm1(log_ratio) - log_ratio) * mask) / jnp.sum(mask))
+
+
 @pytest.mark.parametrize(
     "field, value, message",
     [
-        ("gamma", 1.5, r"ppo.gamma must be in \[0, 1\], got 1.5"),
-        ("gamma", -0.1, r"ppo.gamma must be in \[0, 1\]"),
+        ("discount", 1.5, r"ppo.discount must be in \[0, 1\], got 1.5"),
+        ("discount", -0.1, r"ppo.discount must be in \[0, 1\]"),
         ("gae_lambda", 2.0, r"ppo.gae_lambda must be in \[0, 1\], got 2.0"),
         ("epsilon", 0.0, r"ppo.epsilon must be > 0, got 0.0"),
         ("learning_rate", -1.0, "ppo.learning_rate must be > 0"),
-        ("n_optimizer_steps", 0, "ppo.n_optimizer_steps must be >= 1"),
-        ("optimizer_batch_size", 0, "ppo.optimizer_batch_size must be >= 1"),
+        ("num_epochs", 0, "ppo.num_epochs must be >= 1"),
+        ("batch_size", 0, "ppo.batch_size must be >= 1"),
         ("target_kl", 0.0, "ppo.target_kl must be > 0"),
-        ("activation", "sigmoid", "ppo.activation must be one of"),
+        ("network", NetworkConfig(activation="sigmoid"), "ppo.network.activation must be one of"),
+        ("network", NetworkConfig(hidden_sizes=()), "ppo.network.hidden_sizes must be one or more"),
+        ("use_rollout_state", True, "ppo.use_rollout_state needs a recurrent core"),
     ],
 )
 def test_config_refuses_out_of_range_values(field, value, message):
     with pytest.raises(ConfigError, match=message):
         PPOConfig(**{field: value})
+
+
+@pytest.mark.parametrize("old", ["gamma", "n_optimizer_steps", "optimizer_batch_size"])
+def test_trax_names_are_refused_not_reinterpreted(old):
+    with pytest.raises(TypeError):
+        PPOConfig(**{old: 1})
+    assert old in PPOConfig.renamed_fields
+
+
+def test_batches_that_do_not_tile_are_refused_when_the_replay_is_made():
+    agent = agents.make("ppo", _spec(gymnasium.spaces.Discrete(2)), PPOConfig(batch_size=300))
+    with pytest.raises(ConfigError, match=r"ppo.batch_size=300 sequences must divide the 1024"):
+        agent.make_replay(32)
+    with pytest.raises(ConfigError, match="ppo cannot learn from the 'uniform' replayer"):
+        agent.make_replay(32, "uniform")
 
 
 def test_unknown_algorithm():
@@ -143,26 +223,26 @@ def test_unknown_algorithm():
 
 
 def test_scheduled_hyperparameters_follow_the_optimiser_step():
-    config = PPOConfig(entropy_weight="linear(0.01, 0.0, 10)", epsilon="piecewise(0.3, 5, 0.1)")
+    config = PPOConfig(entropy_cost="linear(0.01, 0.0, 10)", epsilon="piecewise(0.3, 5, 0.1)")
     agent = agents.make("ppo", _spec(gymnasium.spaces.Discrete(2)), config)
     state = agent.init(jax.random.PRNGKey(0))
     batch = _batch(agent, state)
     seen = []
     for _ in range(12):
         state, metrics = agent.update(state, batch, jax.random.PRNGKey(0))
-        seen.append((float(metrics["schedule/entropy_weight"]), float(metrics["schedule/epsilon"])))
+        seen.append((float(metrics["schedule/entropy_cost"]), float(metrics["schedule/epsilon"])))
     np.testing.assert_allclose(
         [s[0] for s in seen], [max(0.01 * (1 - u / 10), 0.0) for u in range(12)], atol=1e-7
     )
     assert [s[1] for s in seen] == pytest.approx([0.3] * 5 + [0.1] * 7)
-    assert "schedule/gamma" not in metrics  # constants are not logged
+    assert "schedule/discount" not in metrics  # constants are not logged
 
 
 @pytest.mark.parametrize(
     "field, value, message",
     [
-        ("gamma", "linear(0.9, 1.2, 100)", r"ppo.gamma must be in \[0, 1\], got linear"),
-        ("entropy_weight", "linaer(0.01, 0, 10)", "accepted forms: a number"),
+        ("discount", "linear(0.9, 1.2, 100)", r"ppo.discount must be in \[0, 1\], got linear"),
+        ("entropy_cost", "linaer(0.01, 0, 10)", "accepted forms: a number"),
         ("learning_rate", "linear(1e-3, 0.0, 100)", "ppo.learning_rate must be > 0"),
     ],
 )

@@ -24,8 +24,10 @@ from typing import Any, Protocol
 import jax
 import numpy as np
 
+from heron.configs import ConfigError
 
-class ReplayError(ValueError):
+
+class ReplayError(ConfigError):
     """A replay request that cannot be served, or a replayer built with bad values."""
 
 

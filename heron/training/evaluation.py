@@ -15,9 +15,13 @@ from heron.agents.base import Agent
 from heron.envs.wrappers import ObservationPipeline
 
 
-def make_evaluate(agent: Agent, eval_env, temperatures, pipeline: ObservationPipeline):
+def make_evaluate(
+    agent: Agent, eval_env, temperatures, pipeline: ObservationPipeline, axis_name=None
+):
     """(agent_state, observation pipeline state, key) -> returns [n_temperatures, n];
-    ``eval_env`` has n x n_temperatures sub-environments."""
+    ``eval_env`` has n x n_temperatures sub-environments. Under ``vmap`` over runs with
+    ``axis_name``, every run steps until all runs' episodes have ended (a loop whose
+    condition is the same for all runs may step host environments)."""
     temperatures = jnp.asarray(tuple(float(t) for t in temperatures), jnp.float32)
     groups = temperatures.shape[0]
     total = eval_env.num_envs
@@ -49,7 +53,8 @@ def make_evaluate(agent: Agent, eval_env, temperatures, pipeline: ObservationPip
         alive = jnp.ones(total, bool)
 
         def more(loop):
-            return jnp.any(loop[5]) & (loop[7] <= max_steps)
+            going = jnp.any(loop[5]) & (loop[7] <= max_steps)
+            return going if axis_name is None else jax.lax.pmax(going, axis_name)
 
         def one(loop):
             env_state, observations, timestep, carry, returns, alive, key, t = loop

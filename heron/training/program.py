@@ -76,7 +76,7 @@ def learn_phase(agent: Agent, replay, agent_state, replay_state, key, limit: int
 
 def make_program(agent: Agent, replay, source: Source, evaluate: Callable) -> Program:
     """``evaluate(agent_state, observations, key) -> returns [n_temperatures, n]`` is the
-    run's evaluation (see ``evaluation.make_evaluate``)."""
+    run's evaluation (``evaluation.make_evaluate`` with ``axis_name=SEED_AXIS``)."""
 
     def init_one(key):
         agent_key, source_key, key = jax.random.split(key, 3)
@@ -110,6 +110,6 @@ def make_program(agent: Agent, replay, source: Source, evaluate: Callable) -> Pr
     return Program(
         init=jax.jit(jax.vmap(init_one)),
         iteration=jax.jit(jax.vmap(iteration_one, axis_name=SEED_AXIS), donate_argnums=0),
-        evaluate=jax.jit(jax.vmap(evaluate_one)),
+        evaluate=jax.jit(jax.vmap(evaluate_one, axis_name=SEED_AXIS)),
         restart=jax.jit(jax.vmap(restart_one)),
     )
