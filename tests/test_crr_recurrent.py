@@ -1,5 +1,8 @@
-"""Recurrent CRR: cores reset at FIRST, the target networks skip observation 0, rollout
-states, Boltzmann acting keeps the chosen sample's states, and runs through the driver."""
+"""Recurrent CRR: the target networks skip observation 0 and start from the state recorded
+before step 1, rollout states, acting carries the states of the action taken (Boltzmann:
+of the chosen sample), and runs through the driver."""
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -7,17 +10,14 @@ import numpy as np
 import pytest
 from test_crr import BOX, SMALL, _sequences, _small_crr_run
 
-from heron import agents
+from heron import agents, api
 from heron.agents import CRRConfig, crr
-from heron.networks import actor_critic
+from heron.agents.actions import from_box
+from heron.agents.base import ROLLOUT_STATE, ReplayConfig
+from heron.training import checkpoints
 from heron.types import StepType, TimeStep
 
-RECURRENT = dict(SMALL, core="gru", core_size=8)
-
-
-def _networks(config):
-    atoms = jnp.linspace(config.vmin, config.vmax, config.num_atoms)
-    return crr._recurrent(BOX, config, atoms)
+RECURRENT = dict(SMALL, network=dataclasses.replace(SMALL["network"], core="gru", core_size=8))
 
 
 def _randomised(params, seed=0):
@@ -28,122 +28,108 @@ def _randomised(params, seed=0):
     return jax.tree.unflatten(treedef, noise)
 
 
-def _initialised(networks):
-    policy_params, critic_params = networks.init(jax.random.PRNGKey(0))
-    return _randomised(policy_params, 1), _randomised(critic_params, 2)
+def _state(agent):
+    state = agent.init(jax.random.PRNGKey(0))
+    policy, critic = _randomised(state.policy_params, 1), _randomised(state.critic_params, 2)
+    return state._replace(
+        policy_params=policy, critic_params=critic,
+        target_policy_params=policy, target_critic_params=critic,
+    )  # fmt: skip
+
+
+def _with_rollout_states(agent, batch, offset=0.5):
+    carry = agent.initial_carry(batch.step_type.shape[1])
+    length = batch.step_type.shape[0]
+    stored = jax.tree.map(lambda x: jnp.broadcast_to(x + offset, (length,) + x.shape), carry)
+    return batch._replace(extras={ROLLOUT_STATE: stored})
 
 
 @pytest.mark.parametrize("core", ["lstm", "gru"])
 @pytest.mark.parametrize("use_rollout_state", [False, True])
 def test_recurrent_update(core, use_rollout_state):
-    config = CRRConfig(**dict(RECURRENT, core=core), use_rollout_state=use_rollout_state)
+    network = dataclasses.replace(RECURRENT["network"], core=core)
+    config = CRRConfig(**dict(RECURRENT, network=network), use_rollout_state=use_rollout_state)
     agent = agents.make("crr", BOX, config)
-    assert agent.schedule.recurrent and agent.schedule.use_rollout_state == use_rollout_state
     state = agent.init(jax.random.PRNGKey(0))
     batch = _sequences(BOX, length=4)
     if use_rollout_state:
-        carry = agent.initial_carry(8)
-        stored = jax.tree.map(lambda x: jnp.broadcast_to(x + 0.5, (4,) + x.shape), carry)
-        batch = batch._replace(state=stored)
+        batch = _with_rollout_states(agent, batch)
     new_state, metrics = agent.update(state, batch, jax.random.PRNGKey(1))
     assert all(np.isfinite(float(v)) for v in metrics.values())
     moved = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), state, new_state)
     assert max(jax.tree.leaves(moved.critic_params)) > 0
     assert max(jax.tree.leaves(moved.policy_params)) > 0
     if use_rollout_state:  # the update starts from the recorded states, not from zeros
-        zeros = batch._replace(state=jax.tree.map(jnp.zeros_like, batch.state))
+        zeros = _with_rollout_states(agent, batch, offset=0.0)
         _, zero_metrics = agent.update(state, zeros, jax.random.PRNGKey(1))
-        # (zero-initialised heads make the first losses state-independent; gradients are not)
         for name in ("grad_norm/critic", "grad_norm/policy"):
             assert float(zero_metrics[name]) != pytest.approx(float(metrics[name]), rel=1e-4)
 
 
 def test_target_networks_skip_observation_zero():
     config = CRRConfig(**RECURRENT)
-    networks = _networks(config)
-    policy_params, critic_params = _initialised(networks)
+    agent = agents.make("crr", BOX, config)
+    targets = jax.jit(crr.make_target_probs(BOX, config))
+    state = _state(agent)
     batch = _sequences(BOX, length=4)
     changed = batch._replace(observation=batch.observation.at[0].add(3.0))
-    initial = networks.initial_carry(8)
-    samples = jnp.zeros((2, 3, 8, 1))
-
-    def views(batch, start):
-        return (
-            networks.policy_view(policy_params, batch, start, initial),
-            networks.critic_view(critic_params, batch, start, initial)(samples),
-        )
-
-    for a, b in zip(
-        jax.tree.leaves(views(batch, 1)), jax.tree.leaves(views(changed, 1)), strict=True
-    ):
-        np.testing.assert_array_equal(a, b)  # the next-step (target) side never sees obs 0
-    online, online_changed = views(batch, 0), views(changed, 0)
-    assert not np.allclose(online[1][:, 1:], online_changed[1][:, 1:])  # memory of obs 0
+    key = jax.random.PRNGKey(3)
+    np.testing.assert_array_equal(targets(state, batch, key), targets(state, changed, key))
+    later = batch._replace(observation=batch.observation.at[1].add(3.0))
+    assert not np.allclose(targets(state, batch, key), targets(state, later, key))
 
 
-def test_cores_reset_where_episodes_start():
-    config = CRRConfig(**RECURRENT)
-    networks = _networks(config)
-    policy_params, critic_params = _initialised(networks)
-    batch = _sequences(BOX, length=4)
-    batch = batch._replace(step_type=batch.step_type.at[2].set(StepType.FIRST))
-    changed = batch._replace(observation=batch.observation.at[:2].add(3.0))
-    initial = networks.initial_carry(8)
-    samples = jnp.zeros((2, 3, 8, 1))
-    before = networks.critic_view(critic_params, batch, 0, initial)(samples)
-    after = networks.critic_view(critic_params, changed, 0, initial)(samples)
-    np.testing.assert_array_equal(before[:, 2], after[:, 2])  # step 2 starts afresh
-    assert not np.allclose(before[:, 1], after[:, 1])
-    policy = networks.policy_view(policy_params, batch, 0, initial)
-    policy_changed = networks.policy_view(policy_params, changed, 0, initial)
-    np.testing.assert_array_equal(policy["mean"][2], policy_changed["mean"][2])
+def test_targets_start_from_the_state_recorded_before_step_one():
+    """With rollout states the target networks, which first see observation 1, start from
+    the state recorded before step 1 (not the one before step 0: no one-step gap)."""
+    config = CRRConfig(**RECURRENT, use_rollout_state=True)
+    agent = agents.make("crr", BOX, config)
+    targets = jax.jit(crr.make_target_probs(BOX, config))
+    state, key = _state(agent), jax.random.PRNGKey(3)
+    batch = _with_rollout_states(agent, _sequences(BOX, length=4))
+    recorded = batch.extras[ROLLOUT_STATE]
+
+    def shifted(t):
+        moved = jax.tree.map(lambda x: x.at[t].add(1.0), recorded)
+        return batch._replace(extras={ROLLOUT_STATE: moved})
+
+    base = targets(state, batch, key)
+    np.testing.assert_array_equal(base, targets(state, shifted(0), key))
+    assert not np.allclose(base, targets(state, shifted(1), key))
+    np.testing.assert_array_equal(base, targets(state, shifted(2), key))  # only the start
 
 
 def test_acting_carries_the_states_of_the_action_taken():
     for acting in ("policy", "boltzmann"):
         config = CRRConfig(**RECURRENT, acting=acting, boltzmann_samples=5)
         agent = agents.make("crr", BOX, config)
-        state = agent.init(jax.random.PRNGKey(0))
+        state = _state(agent)
         observation = jax.random.normal(jax.random.PRNGKey(2), (6, 3))
         step_type = jnp.array([0, 1, 1, 0, 1, 1], jnp.int32)
         timestep = TimeStep(step_type, jnp.zeros(6), jnp.ones(6), observation)
         carry = jax.tree.map(lambda x: x + 0.3, agent.initial_carry(6))
-        action, (policy_state, critic_state), _ = agent.act(
-            state, timestep, carry, jax.random.PRNGKey(3)
-        )
+        action, new_carry, _ = agent.act(state, timestep, carry, jax.random.PRNGKey(3))
         assert action.shape == (6, 1) and bool(jnp.all(jnp.abs(action) <= 2.0))
         first = step_type == StepType.FIRST
-        expected_critic, _ = crr.RecurrentCritic(
-            BOX.action, config.hidden_sizes, config.core, config.core_size, config.num_atoms
-        ).apply(
-            state.critic_params,
-            carry[1],
-            observation,
-            actor_critic.from_box(BOX.action, action),
-            first,
-        )
-        np.testing.assert_allclose(critic_state, expected_critic, atol=1e-5)
-        expected_policy, _ = crr.RecurrentPolicy(
-            BOX.action, config.hidden_sizes, config.core, config.core_size
-        ).apply(state.policy_params, carry[0], observation, first)
-        np.testing.assert_allclose(policy_state, expected_policy, atol=1e-6)
+        policy, critic = crr.networks(BOX, config)
+        critic_input = jnp.concatenate([observation, from_box(BOX.action, action)], -1)
+        expected_critic, _ = critic.step(state.critic_params, carry["critic"], critic_input, first)
+        np.testing.assert_allclose(new_carry["critic"], expected_critic, atol=1e-5)
+        expected_policy, _ = policy.step(state.policy_params, carry["policy"], observation, first)
+        np.testing.assert_allclose(new_carry["policy"], expected_policy, atol=1e-6)
 
 
 def test_recurrent_crr_runs_and_resumes_through_the_driver(tmp_path, monkeypatch):
-    from heron.training import build, checkpoints, resume, train
-
     config = CRRConfig(
-        mini_batch_size=16,
-        min_replay_size=64,
-        replay_ratio=0.5,
+        batch_size=16,
+        replay=ReplayConfig(min_size=64, ratio=0.5),
         unroll_length=2,
-        mini_batch_length=4,
+        sequence_length=4,
         use_rollout_state=True,
         **RECURRENT,
     )
-    straight = train(
-        build("crr", config, _small_crr_run(steps=256, save_every_n=16)), str(tmp_path / "a")
-    )
+    run = _small_crr_run(steps=256, save_every_n=16)
+    straight = api.train(api.build("crr", config, run), str(tmp_path / "a"))
     assert straight["steps"] == 256 and np.isfinite(straight["final_eval_return"])
     original = checkpoints.Checkpointer.save
 
@@ -157,6 +143,6 @@ def test_recurrent_crr_runs_and_resumes_through_the_driver(tmp_path, monkeypatch
 
     monkeypatch.setattr(checkpoints.Checkpointer, "save", save_then_die)
     with pytest.raises(Killed):
-        train(build("crr", config, _small_crr_run(steps=256, save_every_n=16)), str(tmp_path / "b"))
+        api.train(api.build("crr", config, run), str(tmp_path / "b"))
     monkeypatch.setattr(checkpoints.Checkpointer, "save", original)
-    assert resume(str(tmp_path / "b"))["params_digest"] == straight["params_digest"]
+    assert api.resume(str(tmp_path / "b"))["params_digest"] == straight["params_digest"]

@@ -6,13 +6,19 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from heron import agents
-from heron.agents import ConfigError, PPOConfig
+from heron import agents, api
+from heron.agents import ConfigError, NetworkConfig, PPOConfig, ppo
+from heron.agents.base import ROLLOUT_STATE
+from heron.agents.learning import sequences, time_major
 from heron.specs import EnvSpec, action_spec_from_space
-from heron.training import RunConfig, build
+from heron.training import RunConfig
 from heron.types import Experience, StepType, TimeStep
 
 SPEC = EnvSpec((3,), np.float32, action_spec_from_space(gymnasium.spaces.Discrete(2)))
+
+
+def _recurrent(core="lstm", **overrides):
+    return PPOConfig(network=NetworkConfig(core=core), **overrides)
 
 
 def _timestep(step_type, batch=4, seed=0):
@@ -28,7 +34,7 @@ def _timestep(step_type, batch=4, seed=0):
 @pytest.mark.parametrize("two_towers", [True, False])
 def test_core_state_resets_where_episodes_start(core, two_towers):
     agent = agents.make(
-        "ppo", SPEC, PPOConfig(core=core, two_towers=two_towers, use_rollout_state=True)
+        "ppo", SPEC, _recurrent(core, two_towers=two_towers, use_rollout_state=True)
     )
     state = agent.init(jax.random.PRNGKey(0))
     carry = agent.initial_carry(4)
@@ -51,78 +57,70 @@ def test_core_state_resets_where_episodes_start(core, two_towers):
 
 
 def _rollout_experience(agent, state, length=8, batch=4):
-    """Acts ``length`` steps (an episode starting at step 3), recording states like the driver."""
+    """Acts ``length`` steps (an episode starting at step 3), as the driver does."""
     carry = agent.initial_carry(batch)
     steps = []
     for t in range(length):
         step_type = StepType.FIRST if t in (0, 3) else StepType.MID
         timestep = _timestep(step_type, batch, seed=t)
-        action, new_carry, extras = agent.act(state, timestep, carry, jax.random.PRNGKey(t))
-        recorded = carry if agent.schedule.use_rollout_state else ()
-        steps.append(Experience.from_timestep(timestep, action, extras, recorded))
-        carry = new_carry
+        action, carry, extras = agent.act(state, timestep, carry, jax.random.PRNGKey(t))
+        steps.append(Experience.from_timestep(timestep, action, extras))
     return jax.tree.map(lambda *xs: jnp.stack(xs, axis=1), *steps)  # [B, T]
+
+
+def test_the_actor_records_its_state_only_under_use_rollout_state():
+    with_state = agents.make("ppo", SPEC, _recurrent(use_rollout_state=True, sequence_length=4))
+    without = agents.make("ppo", SPEC, _recurrent(sequence_length=4))
+    carry = jax.tree.map(lambda x: x + 0.2, with_state.initial_carry(4))
+    state = with_state.init(jax.random.PRNGKey(0))
+    _, _, extras = with_state.act(state, _timestep(StepType.MID), carry, jax.random.PRNGKey(1))
+    for a, b in zip(jax.tree.leaves(extras[ROLLOUT_STATE]), jax.tree.leaves(carry), strict=True):
+        np.testing.assert_array_equal(a, b)  # the state *before* acting
+    _, _, extras = without.act(state, _timestep(StepType.MID), carry, jax.random.PRNGKey(1))
+    assert ROLLOUT_STATE not in extras
 
 
 def test_training_sequences_replay_the_rollout_exactly():
     """From the recorded state, the training unroll reproduces the behaviour's values and
     log-probabilities; so the first PPO step has ratio 1 and zero KL."""
-    config = PPOConfig(
-        core="lstm", use_rollout_state=True, mini_batch_length=4, optimizer_batch_size=16
-    )
+    config = _recurrent(use_rollout_state=True, sequence_length=4, batch_size=8, num_epochs=1)
     agent = agents.make("ppo", SPEC, config)
     state = agent.init(jax.random.PRNGKey(0))
     experience = _rollout_experience(agent, state, length=9)
-    batch = agent.preprocess(state, experience)  # [B, 8]
-    sequences = jax.tree.map(lambda x: x.reshape((8, 4) + x.shape[2:]).swapaxes(0, 1), batch)
-    _, metrics = agent.update(state, sequences, jax.random.PRNGKey(0))
+    preprocess_and_cut = _batch_of(agent, state, experience, config.sequence_length)
+    _, metrics = agent.update(state, preprocess_and_cut, jax.random.PRNGKey(0))
     assert abs(float(metrics["ppo/approx_kl"])) < 1e-6
     assert float(metrics["ppo/clip_fraction"]) == 0.0
 
 
 def test_without_rollout_state_sequences_start_from_zero():
-    config = PPOConfig(
-        core="gru", use_rollout_state=False, mini_batch_length=4, optimizer_batch_size=16
-    )
+    config = _recurrent("gru", sequence_length=4, batch_size=8, num_epochs=1)
     agent = agents.make("ppo", SPEC, config)
     state = agent.init(jax.random.PRNGKey(0))
     experience = _rollout_experience(agent, state, length=9)
-    batch = agent.preprocess(state, experience)
-    assert batch.rollout_state == ()  # nothing recorded
-    sequences = jax.tree.map(lambda x: x.reshape((8, 4) + x.shape[2:]).swapaxes(0, 1), batch)
-    new_state, metrics = agent.update(state, sequences, jax.random.PRNGKey(0))
+    assert ROLLOUT_STATE not in experience.extras  # nothing recorded
+    batch = _batch_of(agent, state, experience, config.sequence_length)
+    new_state, metrics = agent.update(state, batch, jax.random.PRNGKey(0))
     assert all(np.isfinite(float(v)) for v in metrics.values())
     assert int(new_state.update_step) == 1
+
+
+def _batch_of(agent, state, experience, length):
+    """The time-major sequences [L, M] ``learn`` gives ``update``: GAE, then cut."""
+    batch = ppo.gae_batch(agent.config, state.update_step, experience)
+    return time_major(sequences(batch, length, length))
 
 
 def test_alf_refusals_and_warning():
     run = RunConfig(num_envs=4)
     with pytest.raises(ConfigError, match="never uses its memory: set ppo.use_rollout_state"):
-        build("ppo", PPOConfig(core="lstm", unroll_length=16, optimizer_batch_size=16), run)
+        _recurrent(unroll_length=16, batch_size=16)
     with pytest.raises(
-        ConfigError, match="unroll_length=30 is not a multiple of ppo.mini_batch_length=8"
+        ConfigError, match="unroll_length=30 is not a multiple of ppo.sequence_length=8"
     ):
-        build(
-            "ppo",
-            PPOConfig(
-                core="lstm",
-                unroll_length=30,
-                mini_batch_length=8,
-                optimizer_batch_size=40,
-                use_rollout_state=True,
-            ),
-            run,
-        )
-    from heron.training import driver
-
-    driver._WARNED.clear()  # the warning is given once per process
+        _recurrent(unroll_length=30, sequence_length=8, batch_size=5, use_rollout_state=True)
+    ppo._WARNED.clear()  # the warning is given once per process
     with pytest.warns(UserWarning, match="consider ppo.use_rollout_state True"):
-        build(
-            "ppo",
-            PPOConfig(core="gru", unroll_length=16, mini_batch_length=8, optimizer_batch_size=32),
-            run,
-        )
-    with pytest.raises(ConfigError, match="multiple of ppo.mini_batch_length=8"):
-        PPOConfig(core="lstm", mini_batch_length=8, optimizer_batch_size=60)
-    with pytest.raises(ConfigError, match="ppo.core must be one of none, lstm, gru"):
-        PPOConfig(core="transformer")
+        api.build("ppo", _recurrent("gru", unroll_length=16, sequence_length=8, batch_size=8), run)
+    with pytest.raises(ConfigError, match="ppo.network.core must be one of none, lstm, gru"):
+        PPOConfig(network=NetworkConfig(core="transformer"))

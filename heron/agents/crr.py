@@ -33,6 +33,7 @@ from heron.agents.ppo import check_recurrence, warn_zero_start
 from heron.configs import check, choice, integer, number, scheduled
 from heron.networks import (
     DenseHead,
+    Network,
     NetworkConfig,
     PolicyHead,
     distributions,
@@ -139,7 +140,30 @@ class CRRState(NamedTuple):
     update_step: jax.Array  # int32
 
 
+def networks(spec: EnvSpec, config: CRRConfig) -> tuple[Network, Network]:
+    """(policy, critic): the policy on flat observations; the categorical critic on flat
+    observations and encoded actions (``actions.encode_action``), logits [..., num_atoms]."""
+    observation_size = math.prod(spec.observation_shape)
+    policy = make_network(config.network, PolicyHead(spec.action, std="state"), observation_size)
+    critic = make_network(
+        config.network,
+        DenseHead((config.num_atoms,), 0.0),
+        observation_size + action_size(spec.action),
+    )
+    return policy, critic
+
+
 def make_crr(spec: EnvSpec, config: CRRConfig, devices=None) -> Agent:
+    return _build(spec, config, devices)[0]
+
+
+def make_target_probs(spec: EnvSpec, config: CRRConfig):
+    """``target_probs(state, batch [L, M], key) -> [L-1, M, atoms]``: the TD targets
+    ``update`` computes from the same arguments, for states of ``make_crr(spec, config)``."""
+    return _build(spec, config, None)[1]
+
+
+def _build(spec: EnvSpec, config: CRRConfig, devices):
     warn_zero_start(config, "crr")
     action_spec = spec.action
     atoms = jnp.linspace(config.vmin, config.vmax, config.num_atoms)
@@ -154,13 +178,7 @@ def make_crr(spec: EnvSpec, config: CRRConfig, devices=None) -> Agent:
     )
     policy_optimizer = optax.chain(*clip, optax.adam(learning_rate))
     critic_optimizer = optax.chain(*clip, optax.adam(learning_rate))
-    observation_size = math.prod(spec.observation_shape)
-    policy = make_network(config.network, PolicyHead(action_spec, std="state"), observation_size)
-    critic = make_network(
-        config.network,
-        DenseHead((config.num_atoms,), 0.0),
-        observation_size + action_size(action_spec),
-    )
+    policy, critic = networks(spec, config)
     recurrent = config.network.recurrent
 
     def flat(observation):
@@ -274,6 +292,29 @@ def make_crr(spec: EnvSpec, config: CRRConfig, devices=None) -> Agent:
             return jax.tree.map(lambda x: x[t], recorded)
         return initial_carry(batch.step_type.shape[1])
 
+    def next_step_targets(state: CRRState, batch, key):
+        """The target distribution at each next step [L-1, M, atoms]: the target critic's
+        distributions of N target-policy actions, averaged in log space. The target
+        networks see steps 1..L-1, from the states recorded before step 1 (or zeros)."""
+        observation = flat(batch.observation)
+        action = from_box(action_spec, batch.action)
+        first = batch.step_type == StepType.FIRST
+        start = start_states(batch, 1)
+        next_head = policy.unroll(
+            state.target_policy_params, start["policy"], observation[1:], first[1:]
+        )[1]
+        next_actions = samples(next_head, key, config.num_action_samples_td)
+        next_states = critic_states(
+            state.target_critic_params, start["critic"], observation[1:], action[1:], first[1:]
+        )
+        logits = critic_at(
+            state.target_critic_params, next_states, observation[1:], first[1:], next_actions
+        )  # [N, L-1, M, atoms]
+        log_probs = jax.vmap(ops.average_log_probs, in_axes=1)(
+            logits.reshape(logits.shape[0], -1, config.num_atoms)
+        )
+        return jnp.exp(log_probs).reshape(logits.shape[1:])
+
     def update(state: CRRState, batch, key):
         """One step of both optimisers on sequences [L, M]; hard target copies on schedule."""
         target_key, policy_key = jax.random.split(key)
@@ -283,22 +324,7 @@ def make_crr(spec: EnvSpec, config: CRRConfig, devices=None) -> Agent:
         mask = (batch.step_type[:-1] != StepType.LAST).astype(jnp.float32)  # no reset transitions
         gamma = discount(state.update_step)
 
-        # Targets: the target networks see the next steps 1..L-1.
-        start = start_states(batch, 1)
-        next_head = policy.unroll(
-            state.target_policy_params, start["policy"], observation[1:], first[1:]
-        )[1]
-        next_actions = samples(next_head, target_key, config.num_action_samples_td)
-        next_states = critic_states(
-            state.target_critic_params, start["critic"], observation[1:], action[1:], first[1:]
-        )
-        next_logits = critic_at(
-            state.target_critic_params, next_states, observation[1:], first[1:], next_actions
-        )
-        log_probs = jax.vmap(ops.average_log_probs, in_axes=1)(
-            next_logits.reshape(next_logits.shape[0], -1, config.num_atoms)
-        )
-        target_probs = jnp.exp(log_probs)  # [(L-1) x M, atoms]
+        target_probs = next_step_targets(state, batch, target_key).reshape(-1, config.num_atoms)
 
         # The online networks see the transitions' first steps 0..L-2.
         start = start_states(batch, 0)
@@ -378,7 +404,7 @@ def make_crr(spec: EnvSpec, config: CRRConfig, devices=None) -> Agent:
 
     update = learning.data_parallel(update, devices or jax.devices(), "crr", config.batch_size)
 
-    return Agent(
+    agent = Agent(
         name="crr",
         config=config,
         spec=spec,
@@ -395,3 +421,4 @@ def make_crr(spec: EnvSpec, config: CRRConfig, devices=None) -> Agent:
         params=lambda state: state.policy_params,
         replayers=("uniform", "cycle_one_time"),
     )
+    return agent, next_step_targets

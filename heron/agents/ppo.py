@@ -186,6 +186,37 @@ def policy_value_network(spec: EnvSpec, config: PPOConfig):
     return make_network(config.network, Heads({"policy": policy_head, "value": value_head}), size)
 
 
+def gae_batch(config: PPOConfig, update_step, experience: Experience) -> PPOBatch:
+    """Experience [B, T+1] -> PPOBatch [B, T] (step T only bootstraps): GAE advantages and
+    value targets at the discount and lambda in effect at ``update_step``."""
+    discount = as_schedule(config.discount)(update_step)
+    gae_lambda = as_schedule(config.gae_lambda)(update_step)
+    values = extra(experience, "value", "ppo", "the behaviour policy's value estimates")
+    is_last = (experience.step_type == StepType.LAST).astype(jnp.float32)
+    # The transition out of a LAST step is a reset, not a transition: cut the trace there.
+    advantage = jax.vmap(ops.gae)(
+        experience.reward[:, 1:],
+        discount * experience.discount[:, 1:],
+        values,
+        gae_lambda * (1.0 - is_last[:, 1:]),
+    )
+    rollout_state = (
+        extra(experience, ROLLOUT_STATE, "ppo", "use_rollout_state")
+        if config.use_rollout_state
+        else ()
+    )
+    return PPOBatch(
+        observation=experience.observation[:, :-1],
+        action=jax.tree.map(lambda a: a[:, :-1], experience.action),
+        log_prob=extra(experience, "log_prob", "ppo", "the behaviour log-probabilities")[:, :-1],
+        advantage=advantage,
+        value_target=advantage + values[:, :-1],
+        mask=1.0 - is_last[:, :-1],
+        first=experience.step_type[:, :-1] == StepType.FIRST,
+        rollout_state=jax.tree.map(lambda x: x[:, :-1], rollout_state),
+    )
+
+
 def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None) -> Agent:
     warn_zero_start(config, "ppo")
     network = policy_value_network(spec, config)
@@ -223,37 +254,6 @@ def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None) -> Agent:
             state.params, carry, flat(timestep.observation), timestep.is_first()
         )
         return distributions.make(spec.action, out["policy"]).sample(key, temperature), carry
-
-    def preprocess(state: PPOState, experience: Experience) -> PPOBatch:
-        """Experience [B, T+1] -> PPOBatch [B, T]; step T only bootstraps."""
-        discount = schedules["discount"](state.update_step)
-        gae_lambda = schedules["gae_lambda"](state.update_step)
-        values = extra(experience, "value", "ppo", "the behaviour policy's value estimates")
-        is_last = (experience.step_type == StepType.LAST).astype(jnp.float32)
-        # The transition out of a LAST step is a reset, not a transition: cut the trace there.
-        advantage = jax.vmap(ops.gae)(
-            experience.reward[:, 1:],
-            discount * experience.discount[:, 1:],
-            values,
-            gae_lambda * (1.0 - is_last[:, 1:]),
-        )
-        rollout_state = (
-            extra(experience, ROLLOUT_STATE, "ppo", "use_rollout_state")
-            if use_rollout_state
-            else ()
-        )
-        return PPOBatch(
-            observation=experience.observation[:, :-1],
-            action=jax.tree.map(lambda a: a[:, :-1], experience.action),
-            log_prob=extra(experience, "log_prob", "ppo", "the behaviour log-probabilities")[
-                :, :-1
-            ],
-            advantage=advantage,
-            value_target=advantage + values[:, :-1],
-            mask=1.0 - is_last[:, :-1],
-            first=experience.step_type[:, :-1] == StepType.FIRST,
-            rollout_state=jax.tree.map(lambda x: x[:, :-1], rollout_state),
-        )
 
     def outputs(params, batch: PPOBatch):
         """The network's outputs on sequences [L, M] from their start states."""
@@ -321,7 +321,7 @@ def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None) -> Agent:
     def learn(state: PPOState, replay_, replay_state, key):
         sample_key, update_key = jax.random.split(key)
         experience, replay_state = replay_.sample(replay_state, sample_key)
-        batch = preprocess(state, experience)
+        batch = gae_batch(config, state.update_step, experience)
         stop = None
         if not math.isinf(config.target_kl):
             whole = learning.time_major(batch)  # the KL is measured on every step of the batch
