@@ -64,7 +64,7 @@ from heron.agents.crr import acme_network
 from heron.agents.ppo import check_recurrence, warn_zero_start
 from heron.configs import integer, number, scheduled
 from heron.networks import DenseHead, PolicyHead, distributions, flat_observation, make_network
-from heron.networks.network import NetworkConfig
+from heron.networks.network import Network, NetworkConfig
 from heron.schedules import as_schedule
 from heron.specs import EnvSpec
 from heron.types import Experience, StepType, TimeStep
@@ -256,6 +256,17 @@ class Terms(NamedTuple):
     online_q: Any
 
 
+def networks(spec: EnvSpec, config: SVG0Config) -> tuple[Network, Network]:
+    """(policy, critic): the tanh-Gaussian policy (and prior) on flat observations; the
+    scalar critic on flat observations and actions in [-1, 1]."""
+    observation_size = math.prod(spec.observation_shape)
+    policy = make_network(config.network, PolicyHead(spec.action, std="state"), observation_size)
+    critic = make_network(
+        config.network, DenseHead((), None), observation_size + action_size(spec.action)
+    )
+    return policy, critic
+
+
 def make_svg0(spec: EnvSpec, config: SVG0Config, devices=None) -> Agent:
     """The SVG0 agent for ``spec`` (continuous actions)."""
     return _build(spec, config, devices)[0]
@@ -275,11 +286,7 @@ def _build(spec: EnvSpec, config: SVG0Config, devices) -> tuple[Agent, Callable]
             "actions; use ppo or crr for discrete action spaces"
         )
     warn_zero_start(config, "svg0")
-    observation_size = math.prod(spec.observation_shape)
-    policy = make_network(config.network, PolicyHead(action_spec, std="state"), observation_size)
-    critic = make_network(
-        config.network, DenseHead((), None), observation_size + action_size(action_spec)
-    )
+    policy, critic = networks(spec, config)
     names = ("policy", "critic", "prior") if config.prior else ("policy", "critic")
     learning_rates = {
         name: as_schedule(getattr(config, f"{name}_learning_rate"))
