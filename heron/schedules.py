@@ -16,6 +16,10 @@ Forms, as written on the command line or in a config (``parse_schedule``):
 
 Steps and boundaries are integers (``5e5`` is accepted); negative steps count as step 0.
 ``str(schedule)`` gives back a string that parses to an equal schedule.
+
+The values come from optax's schedules; heron adds the parsing, the validation,
+``value_range`` and the few wrappers (noted where they are) that keep the semantics above
+where optax's differ. A Schedule is itself a valid optax schedule (a function of the step).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any, ClassVar, NoReturn, TypeAlias
 
 import jax
 import jax.numpy as jnp
+import optax
 
 _MAX_STEP = 2**31 - 1  # the step counter is int32
 
@@ -51,8 +56,16 @@ class Schedule(abc.ABC):
     kind: ClassVar[str]
 
     @abc.abstractmethod
+    def _optax(self) -> optax.Schedule:
+        """The optax schedule that computes the values: int32 step(s) -> value(s)."""
+
     def __call__(self, step: jax.typing.ArrayLike) -> jax.Array:
         """The float32 value at ``step`` (elementwise over an array of steps)."""
+        # Clipped to value_range, which configs validate: optax's ``(init - end) * frac +
+        # end`` can round an ulp past init. Some optax schedules return a Python float.
+        low, high = self.value_range()
+        value = jnp.clip(jnp.asarray(self._optax()(step), jnp.float32), low, high)
+        return jnp.broadcast_to(value, jnp.shape(step))
 
     @abc.abstractmethod
     def value_range(self) -> tuple[float, float]:
@@ -84,8 +97,8 @@ class Constant(Schedule):
     def __post_init__(self):
         _set_float(self, "value", allow_infinite=True)
 
-    def __call__(self, step):
-        return jnp.full(jnp.shape(step), self.value, jnp.float32)
+    def _optax(self):
+        return optax.constant_schedule(self.value)
 
     def value_range(self):
         return self.value, self.value
@@ -99,7 +112,7 @@ class Constant(Schedule):
 
 @dataclasses.dataclass(frozen=True)
 class _Annealing(Schedule):
-    """From ``init`` at step 0 to ``end`` at step ``steps`` along ``_weight``, then ``end``."""
+    """From ``init`` at step 0 to ``end`` at step ``steps``, then ``end``."""
 
     init: float
     end: float
@@ -109,14 +122,6 @@ class _Annealing(Schedule):
         _set_float(self, "init")
         _set_float(self, "end")
         _set_steps(self, "steps")
-
-    @staticmethod
-    def _weight(fraction: jax.Array) -> jax.Array:
-        raise NotImplementedError
-
-    def __call__(self, step):
-        fraction = jnp.clip(jnp.asarray(step, jnp.float32) / self.steps, 0.0, 1.0)
-        return _interpolate(self.init, self.end, self._weight(fraction))
 
     def value_range(self):
         return min(self.init, self.end), max(self.init, self.end)
@@ -131,9 +136,11 @@ class Linear(_Annealing):
 
     kind: ClassVar[str] = "linear"
 
-    @staticmethod
-    def _weight(fraction):
-        return fraction
+    def _optax(self):
+        # optax clips the step to [0, steps]. Its 1 - step / steps runs as 1 - step * (1 /
+        # steps) under jit, which can miss end by an ulp from ``steps`` on: end is exact there.
+        linear = optax.linear_schedule(self.init, self.end, self.steps)
+        return lambda step: jnp.where(step >= self.steps, self.end, linear(step))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,9 +149,11 @@ class Cosine(_Annealing):
 
     kind: ClassVar[str] = "cosine"
 
-    @staticmethod
-    def _weight(fraction):
-        return 0.5 * (1.0 - jnp.cos(jnp.pi * fraction))
+    def _optax(self):
+        # optax decays init to alpha * init: shifting a decay of init - end to 0 by end also
+        # covers init = 0. optax does not clip negative steps, where the cosine is symmetric.
+        decay = optax.cosine_decay_schedule(self.init - self.end, self.steps)
+        return lambda step: self.end + decay(jnp.maximum(step, 0))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,10 +182,14 @@ class Piecewise(Schedule):
         if any(b >= c for b, c in zip(self.boundaries, self.boundaries[1:], strict=False)):
             self._fail(f"boundaries must be strictly increasing, got {list(self.boundaries)}")
 
-    def __call__(self, step):
-        boundaries = jnp.asarray(self.boundaries, jnp.int32)
-        index = jnp.searchsorted(boundaries, jnp.maximum(step, 0), side="right")
-        return jnp.asarray(self.values, jnp.float32)[index]
+    def _optax(self):
+        # Not optax.piecewise_constant_schedule: it multiplies v0 by scales, which cannot
+        # leave 0, change sign (it refuses negative scales) or leave inf (inf * 0 is nan),
+        # and it rounds. A negative step counts as step 0, so a boundary at 0 applies to it.
+        joined = optax.join_schedules(
+            [optax.constant_schedule(v) for v in self.values], self.boundaries
+        )
+        return lambda step: joined(jnp.maximum(step, 0))
 
     def value_range(self):
         reached = self.values[1:] if self.boundaries and self.boundaries[0] == 0 else self.values
@@ -222,13 +235,13 @@ class Exponential(Schedule):
             return self.init
         return 0.0 if self.rate < 1 else math.copysign(math.inf, self.init)
 
-    def __call__(self, step):
+    def _optax(self):
         low, high = self.value_range()
         if low == high:  # also init == 0, where 0 * (rate ** t overflowing to inf) is nan
-            return jnp.full(jnp.shape(step), low, jnp.float32)
-        exponent = jnp.maximum(jnp.asarray(step, jnp.float32), 0.0) / self.steps
-        decayed = self.init * jnp.power(jnp.float32(self.rate), exponent)
-        return jnp.clip(decayed, low, high)
+            return optax.constant_schedule(low)
+        # No end_value: optax clips with max (rate < 1) or min (rate > 1), right only for a
+        # positive init; __call__'s clip to value_range stops at end for both signs.
+        return optax.exponential_decay(self.init, self.steps, self.rate)  # steps <= 0: init
 
     def value_range(self):
         limit = self._limit() if self.end is None else self.end
@@ -323,11 +336,6 @@ def _parse_number(text: str, arg: str) -> int | float:
         return float(arg)
     except ValueError:
         raise ScheduleError(text, f"argument {arg!r} is not a number") from None
-
-
-def _interpolate(init: float, end: float, weight: jax.Array) -> jax.Array:
-    # Exactly init at weight 0 and end at weight 1, and no overflow from end - init.
-    return init * (1.0 - weight) + end * weight
 
 
 def _format(x: Any) -> str:

@@ -75,6 +75,18 @@ def test_gae_agrees_with_rlax_and_vmaps():
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
 
 
+def test_gae_stops_gradients_unless_asked_not_to():
+    """heron stops them by default (rlax's default is not to)."""
+    rewards, discounts, values = jnp.ones(4), jnp.full(4, 0.9), jnp.arange(5.0)
+
+    def total(values, stop):
+        return jnp.sum(ops.gae(rewards, discounts, values, 0.8, stop_target_gradients=stop))
+
+    np.testing.assert_array_equal(jax.grad(total)(values, True), jnp.zeros(5))
+    # d sum(A) / d v_0 = -1: v_0 only enters delta_0.
+    assert float(jax.grad(total)(values, False)[0]) == pytest.approx(-1.0)
+
+
 def test_gae_checks_shapes():
     with pytest.raises(AssertionError):
         ops.gae(jnp.zeros(3), jnp.zeros(3), jnp.zeros(3), 0.9)

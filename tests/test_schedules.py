@@ -84,12 +84,15 @@ CASES = [
     ("linear(-1, 3, 7)", [0, 1, 3, 6, 7, 8, 70]),
     ("cosine(3e-4, 0, 500)", [0, 1, 125, 250, 375, 499, 500, 501, 10**6, MAX_STEP]),
     ("cosine(0.1, 0.9, 10)", [0, 2, 5, 8, 10, 11, 100]),
+    ("cosine(0, 2, 8)", [0, 1, 4, 7, 8, 9, MAX_STEP]),  # optax's alpha * init cannot start at 0
     ("piecewise(1e-3, 10, 3e-4, 50, 1e-4)", [0, 9, 10, 11, 30, 49, 50, 51, 10**6, MAX_STEP]),
     ("piecewise(7, 0, 8)", [0, 1, 100]),
+    ("piecewise(0, 5, -1, 10, inf)", [0, 4, 5, 9, 10, MAX_STEP]),  # no optax scale gets there
     ("exponential(1.0, 0.5, 100)", [0, 1, 50, 100, 150, 200, 1000, 10**5, MAX_STEP]),
     ("exponential(1.0, 0.5, 100, 0.2)", [0, 50, 100, 200, 232, 233, 300, MAX_STEP]),
     ("exponential(2.0, 3.0, 10, 50)", [0, 5, 10, 20, 29, 30, 31, 100]),
     ("exponential(-2.0, 3.0, 10)", [0, 5, 10, 20, 100]),
+    ("exponential(-2.0, 0.5, 10, -0.5)", [0, 5, 10, 19, 20, 21, 100]),  # end above a negative init
 ]
 
 
@@ -126,6 +129,16 @@ def test_known_values():
 def test_negative_steps_count_as_step_zero():
     for schedule in [linear(1, 0, 10), cosine(1, 0, 10), exponential(1, 2, 10), piecewise(1, 0, 2)]:
         assert float(schedule(jnp.int32(-5))) == float(schedule(jnp.int32(0)))
+
+
+@pytest.mark.parametrize("steps", [41, 47, 55, 1164])
+def test_linear_is_exactly_end_from_steps_on_under_jit(steps):
+    """Under jit XLA computes step / steps as step * (1 / steps), which for these steps is
+    not 1 at step == steps; the schedule still ends exactly at end, as documented."""
+    for init, end in [(1.0, 0.0), (-3.0, 0.25), (0.01, 1e-4)]:
+        traced = jax.jit(linear(init, end, steps).__call__)
+        for t in [steps, steps + 1, MAX_STEP]:
+            assert float(traced(jnp.int32(t))) == np.float32(end)
 
 
 def test_exponential_from_zero_stays_zero_where_growth_overflows():
@@ -410,6 +423,17 @@ def test_str_round_trips(schedule):
     assert parsed == schedule
     assert type(parsed) is type(schedule)
     assert hash(parsed) == hash(schedule)
+
+
+@given(schedules, st.lists(st.integers(-(2**31), MAX_STEP), min_size=24, max_size=24))
+@settings(max_examples=100, deadline=None)
+def test_jitted_values_lie_in_the_float32_value_range_without_tolerance(schedule, random_steps):
+    """What configs validate (value_range) holds for every value even where float32 rounds
+    an annealing an ulp past its init."""
+    sampled = (landmarks(schedule) + random_steps + [0] * 40)[:40]
+    values = jax.jit(jax.vmap(schedule))(jnp.asarray(sampled, jnp.int32))
+    low, high = schedule.value_range()
+    assert np.all(values >= np.float32(low)) and np.all(values <= np.float32(high))
 
 
 @given(schedules, st.lists(st.integers(0, MAX_STEP), min_size=16, max_size=16))

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import chex
-import jax
 import jax.numpy as jnp
+import rlax
 
 
 def gae(r_t, discount_t, values, lambda_, stop_target_gradients: bool = True):
     """Generalised advantage estimation over one sequence (Schulman et al., 2015).
 
     See https://arxiv.org/abs/1506.02438. With ``delta_t = r_t + discount_t * v_{t+1} - v_t``
-    the advantages are ``A_t = delta_t + discount_t * lambda_t * A_{t+1}``, ``A_T = 0``.
+    the advantages are ``A_t = delta_t + discount_t * lambda_t * A_{t+1}``, ``A_T = 0``
+    (``rlax.truncated_generalized_advantage_estimation``).
 
     Args:
       r_t: rewards [T] for the transitions t -> t+1.
@@ -23,18 +24,12 @@ def gae(r_t, discount_t, values, lambda_, stop_target_gradients: bool = True):
     Returns:
       advantages [T].
     """
+    # rlax checks ranks only: a values or lambda_ of the wrong length would broadcast or
+    # fail deep inside it, so the lengths are checked here.
     chex.assert_rank([r_t, discount_t, values], [1, 1, 1])
     chex.assert_equal_shape([r_t, discount_t])
     chex.assert_equal(values.shape[0], r_t.shape[0] + 1)
     lambda_ = jnp.broadcast_to(jnp.asarray(lambda_, values.dtype), r_t.shape)
-    delta_t = r_t + discount_t * values[1:] - values[:-1]
-
-    def backwards(next_advantage, inputs):
-        delta, discount, lam = inputs
-        advantage = delta + discount * lam * next_advantage
-        return advantage, advantage
-
-    _, advantages = jax.lax.scan(
-        backwards, jnp.zeros((), values.dtype), (delta_t, discount_t, lambda_), reverse=True
+    return rlax.truncated_generalized_advantage_estimation(
+        r_t, discount_t, lambda_, values, stop_target_gradients
     )
-    return jax.lax.stop_gradient(advantages) if stop_target_gradients else advantages

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import chex
 import jax
 import jax.numpy as jnp
+import rlax
 
 
 class RetraceOutput(NamedTuple):
@@ -49,8 +50,9 @@ def retrace_from_importance_weights(
     ``c_t = lambda_t * min(1, rho_{t+1})`` (``c_{T-1} = lambda_{T-1}``; it multiplies 0),
     the targets are ``qs_t = q_values[t] + A_t`` with ``A_t = delta_t + discounts[t] * c_t *
     A_{t+1}``, ``A_T = 0``; that is ``qs_t = r_t + gamma_t * (V_{t+1} + c_t * (qs_{t+1} -
-    q_values[t+1]))``. The target at t never depends on ``rho_t`` (the action at t is given),
-    so ``log_rhos[0]`` is unused.
+    q_values[t+1]))``, the recursion of ``rlax.general_off_policy_returns_from_q_and_v``.
+    The target at t never depends on ``rho_t`` (the action at t is given), so
+    ``log_rhos[0]`` is unused.
 
     Args:
       log_rhos: log importance weights [T], ``log pi(a_t|s_t) - log mu(a_t|s_t)`` for steps
@@ -72,24 +74,18 @@ def retrace_from_importance_weights(
         [log_rhos, discounts, rewards, q_values, values, bootstrap_value], [1, 1, 1, 1, 1, 0]
     )
     chex.assert_equal_shape([log_rhos, discounts, rewards, q_values, values])
-    dtype = q_values.dtype
-    lambda_ = jnp.broadcast_to(jnp.asarray(lambda_, dtype), rewards.shape)
+    lambda_ = jnp.broadcast_to(jnp.asarray(lambda_, q_values.dtype), rewards.shape)
+    # rlax takes the T-1 coefficients c_0..c_{T-2} that multiply something; heron's ``cs``
+    # has T entries (c_{T-1} = lambda_{T-1}, which multiplies the zero past the bootstrap).
     truncated_rho_tp1 = jnp.concatenate(
         [jnp.minimum(1.0, jnp.exp(log_rhos[1:])), jnp.ones((1,), log_rhos.dtype)]
     )
     cs = lambda_ * truncated_rho_tp1
     values_tp1 = jnp.concatenate([values[1:], jnp.asarray(bootstrap_value)[None]])
-    deltas = rewards + discounts * values_tp1 - q_values
-
-    def backwards(next_correction, inputs):
-        delta, discount, c = inputs
-        correction = delta + discount * c * next_correction
-        return correction, correction
-
-    _, corrections = jax.lax.scan(
-        backwards, jnp.zeros((), dtype), (deltas, discounts, cs), reverse=True
+    qs = rlax.general_off_policy_returns_from_q_and_v(
+        q_values[1:], values_tp1, rewards, discounts, cs[:-1]
     )
-    output = RetraceOutput(qs=q_values + corrections, cs=cs, deltas=deltas)
+    output = RetraceOutput(qs=qs, cs=cs, deltas=rewards + discounts * values_tp1 - q_values)
     return jax.lax.stop_gradient(output) if stop_target_gradients else output
 
 
