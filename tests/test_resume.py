@@ -10,11 +10,12 @@ import time
 
 import pytest
 
-from heron.agents import PPOConfig
-from heron.training import RunConfig, build, checkpoints, resume, train
+from heron.agents import NetworkConfig, PPOConfig
+from heron.api import build, resume, train
+from heron.training import RunConfig, checkpoints
 from heron.training.checkpoints import CheckpointError
 
-SMALL_PPO = PPOConfig(unroll_length=16, optimizer_batch_size=32, n_optimizer_steps=2)
+SMALL_PPO = PPOConfig(unroll_length=16, batch_size=32, num_epochs=2)
 
 
 def small_run(**overrides):
@@ -59,7 +60,11 @@ def _train_until_checkpoint(monkeypatch, setup, run_dir, kill_at):
 
 
 RECURRENT_PPO = dataclasses.replace(
-    SMALL_PPO, core="lstm", use_rollout_state=True, mini_batch_length=4
+    SMALL_PPO,
+    network=NetworkConfig(core="lstm"),
+    use_rollout_state=True,
+    sequence_length=4,
+    batch_size=8,
 )
 
 
@@ -101,9 +106,9 @@ def test_sigkill_then_resume_gives_the_same_parameters(tmp_path):
         "0",
         "--ppo.unroll-length",
         "16",
-        "--ppo.optimizer-batch-size",
+        "--ppo.batch-size",
         "32",
-        "--ppo.n-optimizer-steps",
+        "--ppo.num-epochs",
         "2",
     ]
     straight = subprocess.run(
@@ -181,7 +186,7 @@ def test_resume_refuses_a_changed_shape(tmp_path):
     train(build("ppo", SMALL_PPO, small_run(steps=1024)), run_dir)
     config_path = os.path.join(run_dir, "config.json")
     config = json.load(open(config_path))
-    config["ppo"]["hidden_sizes"] = [32, 32]
+    config["ppo"]["network"]["hidden_sizes"] = [32, 32]
     json.dump(config, open(config_path, "w"))
     with pytest.raises(CheckpointError, match="does not match"):
         resume(run_dir, steps=2048)
@@ -200,11 +205,11 @@ def test_resume_without_checkpoint(tmp_path):
 def _train_params(seed, seeds, iterations=16):
     import jax
 
-    from heron.training.driver import _seed_keys
+    from heron.training.driver import seed_keys
 
     setup = build("ppo", SMALL_PPO, small_run(seed=seed, seeds=seeds))
     program = setup.program()
-    state = program.init(_seed_keys(setup.seeds))
+    state = program.init(seed_keys(setup.seeds))
     for _ in range(iterations):
         state, metrics = program.iteration(state)
     return jax.device_get((state.agent_state.params, metrics))

@@ -1,0 +1,94 @@
+"""The learning helpers agents compose: sequences cut from batches, epochs of shuffled
+mini-batches with an early stop, the off-policy learn, and the data-parallel split."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from heron.agents import learning
+from heron.configs import ConfigError
+from heron.replay import OneTimeReplay, UniformReplay
+
+
+def _counting_update(size):
+    """An update whose state counts updates and records which sequences it saw."""
+
+    def update(state, batch, key):
+        seen = state["seen"].at[batch[0]].add(1)  # batch [L, M]: first step ids of sequences
+        return {"count": state["count"] + 1, "seen": seen}, {"count": state["count"] + 1.0}
+
+    return update, {"count": jnp.zeros((), jnp.int32), "seen": jnp.zeros(size, jnp.int32)}
+
+
+def test_sequences_are_windows_along_time_and_reference():
+    batch = jnp.arange(2 * 7).reshape(2, 7)  # [B=2, T=7]
+    disjoint = learning.sequences(batch[:, :6], 3, 3)
+    np.testing.assert_array_equal(disjoint, [[0, 1, 2], [3, 4, 5], [7, 8, 9], [10, 11, 12]])
+    overlapping = learning.sequences(batch, 3, 2)  # every transition inside one window
+    expected = [list(row[s : s + 3]) for row in np.asarray(batch) for s in (0, 2, 4)]
+    np.testing.assert_array_equal(overlapping, expected)
+    assert learning.num_sequences(7, 3, 2) == 3 and learning.num_sequences(6, 3, 2) is None
+
+
+def test_every_sequence_is_trained_once_per_epoch():
+    update, state = _counting_update(16)
+    batch = learning.sequences(jnp.arange(16).reshape(4, 4), 2, 2)  # 8 sequences of 2 steps
+    state, metrics = learning.minibatch_epochs(
+        update, state, batch, jax.random.PRNGKey(0), num_epochs=3, batch_size=2
+    )
+    assert int(state["count"]) == 12 and float(metrics["train/updates"]) == 12
+    starts = np.arange(0, 16, 2)  # each sequence is contiguous: it starts at an even step
+    np.testing.assert_array_equal(np.asarray(state["seen"])[starts], 3)
+    assert np.asarray(state["seen"]).sum() == 24
+
+
+def test_the_stop_predicate_sees_the_new_state_and_skips_the_rest():
+    update, state = _counting_update(8)
+    batch = learning.sequences(jnp.arange(8).reshape(2, 4), 1, 1)
+
+    def stop(new_state, metrics):
+        return new_state["count"] >= 3
+
+    state, metrics = learning.minibatch_epochs(
+        update, state, batch, jax.random.PRNGKey(0), num_epochs=4, batch_size=2, stop=stop
+    )
+    assert int(state["count"]) == 3 and float(metrics["train/updates"]) == 3
+    assert float(metrics["count"]) == pytest.approx(2.0)  # the mean over the 3 updates run
+
+
+def test_off_policy_learn_takes_one_sample_and_one_update_from_a_uniform_replay():
+    update, state = _counting_update(100)
+    replay = UniformReplay(num_envs=2, capacity=50, batch_size=4, sequence_length=3)
+    steps = jnp.arange(100).reshape(2, 50)
+    replay_state = replay.add(replay.init(steps[:, 0]), steps)
+    learn = learning.replay_updates(update, sequence_length=3, batch_size=4)
+    state, _, metrics = learn(state, replay, replay_state, jax.random.PRNGKey(0))
+    assert int(state["count"]) == 1 and float(metrics["train/updates"]) == 1
+
+
+def test_off_policy_learn_on_a_whole_unroll_trains_on_every_transition_once():
+    """From a consume-once replay, windows overlap by one step: every transition of the
+    unroll lies in exactly one sequence."""
+    update, state = _counting_update(4 * 9)
+    replay = OneTimeReplay(num_envs=4, unroll_length=8)
+    steps = jnp.arange(36).reshape(4, 9)
+    replay_state = replay.add(replay.init(steps[:, 0]), steps)
+    learn = learning.replay_updates(update, sequence_length=3, batch_size=4)
+    state, replay_state, metrics = learn(state, replay, replay_state, jax.random.PRNGKey(0))
+    assert float(metrics["train/updates"]) == 4  # 4 envs x 4 windows / 4 per mini-batch
+    seen = np.asarray(state["seen"]).reshape(4, 9)
+    np.testing.assert_array_equal(seen[:, [0, 2, 4, 6]], 1)  # window starts, stride 2
+    assert not bool(replay.can_sample(replay_state))
+
+
+def test_tiling_and_device_split_are_checked_with_the_field_names():
+    class Config:
+        sequence_length, unroll_length, batch_size = 3, 7, 4
+
+    with pytest.raises(ConfigError, match=r"crr.sequence_length=3 does not tile unrolls of 8"):
+        learning.check_tiling("crr", 8, 4, Config, overlap=True)
+    with pytest.raises(ConfigError, match=r"ppo.batch_size=4 sequences per update cannot be"):
+        learning.data_parallel(lambda *a: a, [None, None, None], "ppo", 4)
+    update = object()
+    assert learning.data_parallel(update, jax.devices()[:1], "ppo", 4) is update
