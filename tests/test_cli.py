@@ -18,7 +18,7 @@ SMALL = [
     "8",
     "--ppo.unroll-length",
     "16",
-    "--ppo.optimizer-batch-size",
+    "--ppo.batch-size",
     "32",
 ]
 
@@ -27,7 +27,7 @@ def test_train_eval_and_metrics_through_the_real_entry_point(tmp_path):
     run_dir = tmp_path / "run"
     heron = os.path.join(os.path.dirname(sys.executable), "heron")
     result = subprocess.run(
-        [heron, "train", "ppo", "--run-dir", str(run_dir), "--ppo.gamma", "0.98", *SMALL],
+        [heron, "train", "ppo", "--run-dir", str(run_dir), "--ppo.discount", "0.98", *SMALL],
         capture_output=True,
         text=True,
         timeout=300,
@@ -37,7 +37,7 @@ def test_train_eval_and_metrics_through_the_real_entry_point(tmp_path):
     assert summary["run_dir"] == str(run_dir) and summary["steps"] == 1024
     assert len(summary["params_digest"]) == 64
     config = json.loads((run_dir / "config.json").read_text())
-    assert config["ppo"]["gamma"] == 0.98 and config["run"]["num_envs"] == 4
+    assert config["ppo"]["discount"] == 0.98 and config["run"]["num_envs"] == 4
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert {line["kind"] for line in lines} == {"train", "eval"}
 
@@ -61,13 +61,31 @@ def test_train_eval_and_metrics_through_the_real_entry_point(tmp_path):
         (["train", "ppo", "--env", "CartPole-v1"], "environment ids carry their source"),
         (["train", "ppo", "--env", "gymnax:Nope-v0"], "unknown gymnax environment 'Nope-v0'"),
         (["train", "ppo", "--env", "gym:Blackjack-v1"], "unsupported observation space Tuple"),
-        (["train", "ppo", "--ppo.gamma", "1.5"], r"ppo.gamma must be in [0, 1], got 1.5"),
+        (["train", "ppo", "--ppo.discount", "1.5"], r"ppo.discount must be in [0, 1], got 1.5"),
+        (
+            ["train", "ppo", "--ppo.gamma", "0.9"],
+            "--ppo.gamma is no longer an option: use --ppo.discount",
+        ),
+        (
+            ["train", "ppo", "--ppo.optimizer-batch-size", "64"],
+            "use --ppo.batch_size (now counted in sequences, not steps)",
+        ),
+        (["train", "ppo", "--replay", "uniform"], "ppo cannot learn from the 'uniform' replayer"),
+        (["train", "ppo", "--updates-per-iteration", "5"], "updates_per_iteration sets"),
+        (
+            ["train", "ppo", "--ppo.use-rollout-state"],
+            "ppo.use_rollout_state needs a recurrent core",
+        ),
+        (
+            ["train", "ppo", "--eval-temperatures", "inf"],
+            "eval_temperatures must be one or more finite",
+        ),
         (["train", "ppo", "--ppo.gae-lambda", "-0.5"], "ppo.gae_lambda must be in [0, 1]"),
         (["train", "ppo", "--ppo.epsilon", "0"], "ppo.epsilon must be > 0, got 0.0"),
-        (["train", "ppo", "--steps", "0"], "steps must be > 0, got 0"),
+        (["train", "ppo", "--steps", "0"], "steps must be >= 1, got 0"),
         (
-            ["train", "ppo", "--ppo.optimizer-batch-size", "300"],
-            "ppo.optimizer_batch_size=300 must divide the batch",
+            ["train", "ppo", "--ppo.batch-size", "300"],
+            "ppo.batch_size=300 sequences must divide the 1024",
         ),
         (["train"], "heron train needs an algorithm"),
         (["frobnicate"], "unknown command 'frobnicate'"),
@@ -114,14 +132,14 @@ def test_schedules_from_the_command_line(tmp_path, capsys):
         "--run-dir",
         str(run_dir),
         *SMALL,
-        "--ppo.entropy-weight",
+        "--ppo.entropy-cost",
         "linear(0.01, 0.0, 64)",
     ]
     assert main(argv) == 0
     config = json.loads((run_dir / "config.json").read_text())
-    assert config["ppo"]["entropy_weight"] == "linear(0.01, 0.0, 64)"
+    assert config["ppo"]["entropy_cost"] == "linear(0.01, 0.0, 64)"
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    values = [line["schedule/entropy_weight"] for line in lines if line["kind"] == "train"]
+    values = [line["schedule/entropy_cost"] for line in lines if line["kind"] == "train"]
     assert values[0] == pytest.approx(0.01 * (1 - 3.5 / 64), rel=1e-5)  # mean of steps 0..7
     assert values[-1] == 0.0
     capsys.readouterr()
@@ -130,7 +148,7 @@ def test_schedules_from_the_command_line(tmp_path, capsys):
             [
                 "train",
                 "ppo",
-                "--ppo.entropy-weight",
+                "--ppo.entropy-cost",
                 "cosine(1, 0)",
                 "--run-dir",
                 str(tmp_path / "bad"),
@@ -162,8 +180,9 @@ def test_bool_options_read_as_flags_or_with_a_value():
     assert config.prior is True and run.separate_eval is True
     _, config, run = _parse_train(["svg0", "--svg0.prior", "False", "--separate-eval", "False"])
     assert config.prior is False and run.separate_eval is False
-    _, config, _ = _parse_train(["ppo", "--ppo.use-rollout-state", "--ppo.core", "lstm"])
-    assert config.use_rollout_state is True and config.core == "lstm"
+    argv = ["ppo", "--ppo.use-rollout-state", "--ppo.network.core", "lstm"]
+    _, config, _ = _parse_train(argv + ["--ppo.sequence-length", "4"])
+    assert config.use_rollout_state is True and config.network.core == "lstm"
 
 
 @pytest.mark.parametrize(
@@ -175,7 +194,11 @@ def test_bool_options_read_as_flags_or_with_a_value():
             "Error parsing --steps: invalid literal",
             "heron train ppo",
         ),
-        (["train", "crr", "--crr.core", "tcn"], "invalid choice 'tcn'", "heron train crr"),
+        (
+            ["train", "crr", "--crr.network.core", "tcn"],
+            "invalid choice 'tcn'",
+            "heron train crr",
+        ),
         (["collect", "runs/x"], "Missing from heron collect: --episodes INT", "heron collect"),
     ],
 )

@@ -119,3 +119,19 @@ def test_ppo_target_kl_stops_the_epochs_early():
         updates[target_kl] = float(metrics["train/updates"][0])
     assert updates[float("inf")] == 8  # 4 epochs x 2 mini-batches
     assert 1 <= updates[1e-5] < 8
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"run_dir": ""}, "run_dir must be a directory path"),
+        ({"dataset": ""}, "dataset must be a directory path"),
+        ({"eval_temperatures": (0.0, float("nan"))}, "eval_temperatures must be one or more"),
+        ({"replay": "fifo"}, "replay must be one of None, one_time, uniform, cycle_one_time"),
+        ({"updates_per_iteration": 10}, "updates_per_iteration sets the gradient updates"),
+        ({"num_envs": 0}, "num_envs must be >= 1, got 0"),
+    ],
+)
+def test_run_config_refuses_bad_values_by_name(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        RunConfig(**overrides)

@@ -79,7 +79,8 @@ def test_masked_cartpole_hides_the_velocities():
 
 def test_history_and_normalisation_in_a_training_run(tmp_path):
     from heron.agents import PPOConfig
-    from heron.training import RunConfig, build, train
+    from heron.api import build, train
+    from heron.training import RunConfig
 
     run = RunConfig(
         steps=1024,
@@ -90,7 +91,7 @@ def test_history_and_normalisation_in_a_training_run(tmp_path):
         normalize_observations=True,
         reward_scale=0.5,
     )
-    setup = build("ppo", PPOConfig(unroll_length=16, optimizer_batch_size=32), run)
+    setup = build("ppo", PPOConfig(unroll_length=16, batch_size=32), run)
     assert setup.agent.spec.observation_shape == (4, 4)
     summary = train(setup, str(tmp_path / "run"))
     assert summary["final_eval_return"] >= 8  # CartPole returns, unscaled
