@@ -62,6 +62,8 @@ class DatasetSource:
 
     def __post_init__(self):
         check_against_env(self.dataset, self.pipeline.env_spec, self.env_id)
+        # On the device once, before any program traces it (a constant of every program).
+        object.__setattr__(self, "experience", self._experience())
 
     lanes = 1
     num_envs = 0  # no environment is stepped: no episodes to wait for before saving
@@ -83,8 +85,7 @@ class DatasetSource:
             "samples_per_step": None,
         }
 
-    @functools.cached_property
-    def experience(self):
+    def _experience(self):
         """(the dataset as the agent sees it [1, N] (one lane), its observation statistics):
         computed once, on the device."""
         steps = to_steps(self.dataset.episodes, self.pipeline.env_spec.action.dtype)

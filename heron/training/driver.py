@@ -118,7 +118,8 @@ class _Loop:
         return time.monotonic() - self.start
 
     def episodes(self, state: TrainState):
-        return jax.device_get(jax.vmap(self.setup.source.episodes)(state.source_state))
+        episodes = jax.vmap(self.setup.source.episodes, axis_size=self.setup.run.seeds)
+        return jax.device_get(episodes(state.source_state))
 
     def run(self, state: TrainState) -> TrainState:
         setup, run = self.setup, self.setup.run
