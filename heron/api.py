@@ -83,14 +83,14 @@ def _build_offline(algo: str, agent_config, run: RunConfig) -> Setup:
         probe.spec, run.normalize_observations, run.len_history_for_policy, run.reward_scale
     )
     agent = agents.make(algo, pipeline.spec, agent_config)
-    dataset = read_dataset(run.dataset)
-    updates = run.updates_per_iteration or DEFAULT_UPDATES_PER_ITERATION
-    source = DatasetSource(dataset, pipeline, updates, run.env)
     if "uniform" not in agent.replayers:
         raise ConfigError(
             f"{algo} learns on-policy ({', '.join(agent.replayers)} replay) and cannot train "
             "from a dataset, which is replayed uniformly; use an off-policy agent such as crr"
         )
+    dataset = read_dataset(run.dataset)
+    updates = run.updates_per_iteration or DEFAULT_UPDATES_PER_ITERATION
+    source = DatasetSource(dataset, pipeline, updates, run.env)
     replay = agent.make_replay(source.lanes, "uniform", **source.replay_sizes)
     evaluate = _evaluation(agent, run, pipeline)
     record = {"dataset": dataset.summary()}

@@ -1,5 +1,7 @@
-"""Replayers: uniform (rings, valid starts, uniform sampling), cycle_one_time (FIFO, consumed
-once) and make_replay, each checked against a plain-Python reference."""
+"""Replayers behind one protocol (init, add, can_sample, sample): uniform (rings, valid
+starts, uniform sampling, rate limiting), one_time (the last unroll and the step before it,
+once), cycle_one_time (FIFO across actors, each unroll once), each checked against a
+plain-Python reference."""
 
 from __future__ import annotations
 
@@ -12,12 +14,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy import stats
 
 from heron.replay import (
     REPLAYERS,
     CycleOneTimeReplay,
     OneTimeReplay,
     ReplayError,
+    ReplaySizes,
     UniformReplay,
     UnknownReplayError,
     make_replay,
@@ -26,11 +30,9 @@ from heron.types import Experience, StepType
 
 ENV_STRIDE = 100_000  # step ids: env * ENV_STRIDE + t, t = 1, 2, ... (0 = never written)
 
-# --------------------------------------------------------------------------- uniform helpers
-
 
 def steps(num_envs: int, first_t: int, num_steps: int) -> dict:
-    """Experience [num_envs, num_steps] whose ``id`` names env and time (t from first_t)."""
+    """Steps [num_envs, num_steps] whose ``id`` names env and time (t from first_t)."""
     t = first_t + np.arange(num_steps)
     ids = np.arange(num_envs)[:, None] * ENV_STRIDE + t[None, :]
     return {
@@ -39,11 +41,25 @@ def steps(num_envs: int, first_t: int, num_steps: int) -> dict:
     }
 
 
+def one_step(num_envs: int) -> dict:
+    return jax.tree.map(lambda x: x[:, 0], steps(num_envs, 1, 1))
+
+
+def stored(replay: UniformReplay, state) -> np.ndarray:
+    """The ids held per lane, oldest first (the test's view of the rings)."""
+    size, head = int(state.size), int(state.head)
+    slots = (head - size + np.arange(size)) % replay.capacity
+    return np.asarray(state.data["id"])[:, slots]
+
+
+# --------------------------------------------------------------------------- uniform
+
+
 @functools.cache
-def uniform_fns(capacity: int, num_envs: int):
-    """(replay, jitted add, jitted sample): jax compiles each once per shape."""
-    replay = UniformReplay(capacity, num_envs)
-    return replay, jax.jit(replay.add), jax.jit(replay.sample, static_argnums=(2, 3))
+def uniform_fns(capacity: int, num_envs: int, batch_size: int = 64, length: int = 1):
+    """(replay, jitted add, jitted sample): compiled once per shape."""
+    replay = UniformReplay(num_envs, capacity, batch_size, length)
+    return replay, jax.jit(replay.add), jax.jit(replay.sample)
 
 
 class RefRing:
@@ -57,7 +73,6 @@ class RefRing:
             ring.extend(int(i) for i in row)
 
     def windows(self, length: int) -> set[tuple[int, ...]]:
-        """Every valid sequence of ``length`` ids."""
         return {
             tuple(list(ring)[j : j + length])
             for ring in self.rings
@@ -65,65 +80,41 @@ class RefRing:
         }
 
 
-def fill(capacity: int, num_envs: int, adds: list[int]):
-    """Adds of the given T on a fresh replay and on the reference: (state, reference, written)."""
-    replay, add, _ = uniform_fns(capacity, num_envs)
-    ref = RefRing(capacity, num_envs)
-    state, written = None, 0
-    for num_steps in adds:
-        chunk = steps(num_envs, written + 1, num_steps)
-        state = replay.init(chunk) if state is None else state
-        state = add(state, chunk)
-        ref.add(np.asarray(chunk["id"]))
-        written += num_steps
-    return state, ref, written
-
-
-# --------------------------------------------------------------------------- uniform
-
-
 def test_uniform_add_wraps_and_keeps_the_newest():
-    replay = UniformReplay(capacity=4, num_envs=2)
-    state = replay.init(steps(2, 1, 3))
+    replay = UniformReplay(num_envs=2, capacity=4, batch_size=1, sequence_length=3)
+    state = replay.init(one_step(2))
     state = replay.add(state, steps(2, 1, 3))
-    assert int(replay.size(state)) == 3 and int(state.head) == 3
+    assert int(state.size) == 3 and int(state.head) == 3
     state = replay.add(state, steps(2, 4, 3))  # 6 written, capacity 4: ids 3..6 live
-    assert int(replay.size(state)) == 4 and int(state.head) == 2
+    assert int(state.size) == 4 and int(state.head) == 2
     np.testing.assert_array_equal(state.data["id"][0], [5, 6, 3, 4])  # ring layout
-    everything = replay.replay_all(state)
     np.testing.assert_array_equal(
-        everything["id"], [[3, 4, 5, 6], [ENV_STRIDE + t for t in (3, 4, 5, 6)]]
+        stored(replay, state), [[3, 4, 5, 6], [ENV_STRIDE + t for t in (3, 4, 5, 6)]]
     )
-    assert everything["obs"].shape == (2, 4, 2)
-    assert int(replay.num_valid_starts(state, 3)) == 2 * 2
-    assert int(replay.num_valid_starts(state, 5)) == 0
+    assert int(replay.num_valid_starts(state)) == 2 * 2
 
 
 def test_uniform_add_longer_than_capacity_keeps_the_last_steps():
-    replay = UniformReplay(capacity=3, num_envs=1)
-    state = replay.init(steps(1, 1, 2))
-    state = replay.add(state, steps(1, 1, 2))
+    replay = UniformReplay(num_envs=1, capacity=3, batch_size=1, sequence_length=1)
+    state = replay.add(replay.init(one_step(1)), steps(1, 1, 2))
     state = replay.add(state, steps(1, 3, 7))  # ids 3..9, only 7, 8, 9 survive
-    np.testing.assert_array_equal(replay.replay_all(state)["id"], [[7, 8, 9]])
+    np.testing.assert_array_equal(stored(replay, state), [[7, 8, 9]])
     assert int(state.head) == (2 + 7) % 3
 
 
 def test_uniform_sample_never_spans_the_write_head():
     # capacity 5, 7 steps written: ring = [6, 7, 3, 4, 5], head at slot 2 (between 7 and 3).
-    replay = UniformReplay(capacity=5, num_envs=1)
-    state = replay.init(steps(1, 1, 7))
-    state = replay.add(state, steps(1, 1, 7))
-    batch = jax.jit(replay.sample, static_argnums=(2, 3))(state, jax.random.key(0), 500, 3)
+    replay, add, sample = uniform_fns(5, 1, 500, 3)
+    state = add(replay.init(one_step(1)), steps(1, 1, 7))
+    batch, _ = sample(state, jax.random.key(0))
     seen = {tuple(row) for row in np.asarray(batch["id"]).tolist()}
     assert seen == {(3, 4, 5), (4, 5, 6), (5, 6, 7)}  # (6, 7, 3) and (7, 3, 4) never
 
 
 def test_uniform_sample_reads_only_written_slots():
-    replay = UniformReplay(capacity=10, num_envs=2)
-    state = replay.init(steps(2, 1, 4))
-    state = replay.add(state, steps(2, 1, 4))  # slots 4..9 still unwritten (id 0)
-    batch = replay.sample(state, jax.random.key(1), 300, 4)
-    ids = np.asarray(batch["id"])
+    replay, add, sample = uniform_fns(10, 2, 300, 4)
+    state = add(replay.init(one_step(2)), steps(2, 1, 4))  # slots 4..9 still unwritten
+    ids = np.asarray(sample(state, jax.random.key(1))[0]["id"])
     assert (ids % ENV_STRIDE > 0).all()
     assert {tuple(r) for r in ids.tolist()} == {(1, 2, 3, 4), tuple(ENV_STRIDE + np.arange(1, 5))}
 
@@ -139,147 +130,171 @@ def test_uniform_sample_reads_only_written_slots():
 def test_uniform_property_samples_are_live_contiguous_and_match_reference(
     capacity, num_envs, adds, length, seed
 ):
-    batch = 64
-    state, ref, written = fill(capacity, num_envs, adds)
-    replay, _, sample = uniform_fns(capacity, num_envs)
-    stored = min(written, capacity)
-    assert int(replay.size(state)) == stored
-    # Contents agree with the reference ring, oldest first.
-    everything = replay.replay_all(state)
-    np.testing.assert_array_equal(everything["id"], np.array([list(r) for r in ref.rings]))
-    np.testing.assert_array_equal(everything["obs"][..., 0], everything["id"])
-    assert int(replay.num_valid_starts(state, length)) == num_envs * max(stored - length + 1, 0)
-    if length > stored:
-        with pytest.raises(ReplayError):
-            replay.check_can_sample(state, 1, length)
+    replay, add, sample = uniform_fns(capacity, num_envs, 64, length)
+    reference = RefRing(capacity, num_envs)
+    state, written = replay.init(one_step(num_envs)), 0
+    for num_steps in adds:
+        chunk = steps(num_envs, written + 1, num_steps)
+        state = add(state, chunk)
+        reference.add(np.asarray(chunk["id"]))
+        written += num_steps
+    kept = min(written, capacity)
+    assert int(state.size) == kept
+    np.testing.assert_array_equal(stored(replay, state), [list(r) for r in reference.rings])
+    assert int(replay.num_valid_starts(state)) == num_envs * max(kept - length + 1, 0)
+    assert bool(replay.can_sample(state)) == (kept >= length)
+    if kept < length:
         return
-    ids = np.asarray(sample(state, jax.random.key(seed), batch, length)["id"])  # [batch, length]
-    assert ids.shape == (batch, length)
+    ids = np.asarray(sample(state, jax.random.key(seed))[0]["id"])  # [batch, length]
+    assert ids.shape == (64, length)
     env, t = ids // ENV_STRIDE, ids % ENV_STRIDE
     assert (env == env[:, :1]).all()  # one env per sequence
     assert (np.diff(t, axis=1) == 1).all()  # contiguous in time, never across the head
     assert (t >= 1).all() and (t <= written).all()  # written
     assert (t > written - capacity).all()  # still live
-    assert {tuple(r) for r in ids.tolist()} <= ref.windows(length)
-
-
-def chi_square_p_value(counts: np.ndarray) -> tuple[float, float | None]:
-    """Pearson's statistic against equal frequencies, and its p-value when scipy is here."""
-    expected = counts.sum() / counts.size
-    statistic = float(((counts - expected) ** 2 / expected).sum())
-    try:
-        from scipy import stats
-    except ImportError:
-        return statistic, None
-    return statistic, float(stats.chi2.sf(statistic, counts.size - 1))
+    assert {tuple(r) for r in ids.tolist()} <= reference.windows(length)
 
 
 def test_uniform_starts_are_uniform_over_valid_starts():
-    # capacity 10, 13 steps written per env: t = 4..13 live, head mid-ring; length 4 gives
-    # starts t = 4..10 in each of 3 envs, 21 valid starts.
+    # capacity 10, 13 steps written per env: t = 4..13 live; length 4 gives starts
+    # t = 4..10 in each of 3 envs, 21 valid starts.
     num_envs, capacity, length, draws = 3, 10, 4, 21 * 400
-    replay = UniformReplay(capacity, num_envs)
-    state = replay.init(steps(num_envs, 1, 13))
-    state = replay.add(state, steps(num_envs, 1, 13))
-    assert int(replay.num_valid_starts(state, length)) == 21
-    replay.check_can_sample(state, 7, length)
-    ids = np.asarray(replay.sample(state, jax.random.key(2024), draws, length)["id"])
+    replay, add, sample = uniform_fns(capacity, num_envs, draws, length)
+    state = add(replay.init(one_step(num_envs)), steps(num_envs, 1, 13))
+    assert int(replay.num_valid_starts(state)) == 21
+    ids = np.asarray(sample(state, jax.random.key(2024))[0]["id"])
     env, start = ids[:, 0] // ENV_STRIDE, ids[:, 0] % ENV_STRIDE
     assert set(start.tolist()) == set(range(4, 11))  # every valid start, nothing else
     counts = np.zeros((num_envs, 7))
     np.add.at(counts, (env, start - 4), 1)
-    statistic, p_value = chi_square_p_value(counts.ravel())
-    critical_df20_p001 = 45.31  # chi-square, 20 degrees of freedom, upper 0.1%
-    assert statistic < critical_df20_p001, (statistic, counts)
-    if p_value is not None:
-        assert p_value > 1e-3
+    assert stats.chisquare(counts.ravel()).pvalue > 1e-3
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    ratio=st.sampled_from([0.05, 0.25, 0.5, 1.0, 2.0]),
+    min_size=st.sampled_from([0, 5, 24]),
+    adds=st.lists(st.sampled_from([1, 2, 3]), min_size=1, max_size=10),
+)
+def test_uniform_rate_limit_matches_a_counting_reference(ratio, min_size, adds):
+    """Once min_size steps are stored, every step added earns ``ratio`` samples; the learner
+    takes every whole sample earned (a plain float counter is the reference)."""
+    num_envs = 4
+    replay = UniformReplay(num_envs, 50, 2, 1, min_size=min_size, samples_per_step=ratio)
+    add, sample = jax.jit(replay.add), jax.jit(replay.sample)
+    state, size, credit, taken = replay.init(one_step(num_envs)), 0, 0.0, []
+    for t, num_steps in enumerate(adds):
+        state = add(state, steps(num_envs, 1 + t * 3, num_steps))
+        size += num_steps
+        if size * num_envs >= min_size:
+            credit += ratio * num_steps * num_envs
+        count = 0
+        while bool(replay.can_sample(state)):
+            _, state = sample(state, jax.random.key(t))
+            count += 1
+        expected = int(np.floor(credit + 1e-6))
+        credit -= expected
+        taken.append(count)
+        assert count == expected, (taken, ratio, min_size)
+
+
+def test_uniform_without_a_rate_samples_as_often_as_asked():
+    replay = UniformReplay(1, 10, 2, 2)  # samples_per_step None: a fixed dataset
+    state = replay.add(replay.init(one_step(1)), steps(1, 1, 5))
+    for i in range(20):
+        assert bool(replay.can_sample(state))
+        _, state = replay.sample(state, jax.random.key(i))
 
 
 def test_uniform_works_on_experience_and_under_vmap():
     example = Experience(
-        step_type=jnp.zeros((2, 3), jnp.int32),
-        reward=jnp.zeros((2, 3)),
-        discount=jnp.ones((2, 3)),
-        observation=jnp.zeros((2, 3, 4)),
-        action=jnp.zeros((2, 3), jnp.int32),
+        step_type=jnp.full((2,), StepType.FIRST, jnp.int32),
+        reward=jnp.zeros(2),
+        discount=jnp.ones(2),
+        observation=jnp.zeros((2, 4)),
+        action=jnp.zeros(2, jnp.int32),
     )
-    replay = UniformReplay(capacity=6, num_envs=2)
-    first = example._replace(step_type=jnp.full((2, 3), StepType.FIRST, jnp.int32))
+    replay = UniformReplay(num_envs=2, capacity=6, batch_size=5, sequence_length=2)
+    several = jax.tree.map(lambda x: jnp.repeat(x[:, None], 3, axis=1), example)
 
     def run(key):
-        state = replay.add(replay.init(example), first)
-        return replay.sample(state, key, 5, 2), state
+        state = replay.add(replay.init(example), several)
+        return replay.sample(state, key)[0]
 
-    batch, state = jax.jit(jax.vmap(run))(jax.random.split(jax.random.key(0), 4))
+    batch = jax.jit(jax.vmap(run))(jax.random.split(jax.random.key(0), 4))
     assert batch.observation.shape == (4, 5, 2, 4) and batch.extras == ()
     assert (batch.step_type == StepType.FIRST).all()
-    replay.check_can_sample(state, 3, 2)  # vmapped state: judged per seed
-    with pytest.raises(ReplayError, match="length 4"):
-        replay.check_can_sample(state, 1, 4)
-
-
-def test_uniform_clear_forgets():
-    replay = UniformReplay(capacity=4, num_envs=1)
-    state = replay.add(replay.init(steps(1, 1, 3)), steps(1, 1, 3))
-    state = replay.clear(state)
-    assert int(replay.size(state)) == 0
-    assert replay.replay_all(state)["id"].shape == (1, 0)
-    state = replay.add(state, steps(1, 10, 2))
-    np.testing.assert_array_equal(replay.replay_all(state)["id"], [[10, 11]])
-
-
-def test_uniform_check_can_sample_errors_name_the_numbers():
-    replay = UniformReplay(capacity=8, num_envs=2)
-    state = replay.init(steps(2, 1, 3))
-    state = replay.add(state, steps(2, 1, 3))  # 3 per env, 6 transitions
-    replay.check_can_sample(state, 2, 3)  # 6 transitions asked, 6 held: fine
-    replay.check_can_sample(state, 6, 1, min_replay_size=6)
-    with pytest.raises(ReplayError, match=r"length 4.*3 steps per env x 2 envs = 6"):
-        replay.check_can_sample(state, 1, 4)
-    with pytest.raises(ReplayError, match=r"capacity is 8"):
-        replay.check_can_sample(state, 1, 9)
-    with pytest.raises(ReplayError, match=r"min_replay_size=7"):
-        replay.check_can_sample(state, 1, 1, min_replay_size=7)
-    with pytest.raises(ReplayError, match=r"4 x 2 = 8 transitions is larger than the filled"):
-        replay.check_can_sample(state, 4, 2)
-    for bad in (0, -1, 2.0, True):
-        with pytest.raises(ReplayError, match="batch_size must be a positive int"):
-            replay.check_can_sample(state, bad, 1)
-    with pytest.raises(ReplayError, match="length must be a positive int"):
-        replay.check_can_sample(state, 1, 0)
-    with pytest.raises(ReplayError, match="min_replay_size"):
-        replay.check_can_sample(state, 1, 1, min_replay_size=-1)
-    empty = replay.clear(state)
-    with pytest.raises(ReplayError, match="0 steps per env"):
-        replay.check_can_sample(empty, 1, 1)
 
 
 def test_uniform_validates_config_and_shapes():
-    for kwargs in ({"capacity": 0, "num_envs": 1}, {"capacity": 4, "num_envs": 1.5}):
+    for kwargs in ({"capacity": 0}, {"num_envs": 1.5}, {"batch_size": 0}):
         with pytest.raises(ReplayError, match="must be a positive int"):
-            UniformReplay(**kwargs)
-    replay = UniformReplay(capacity=4, num_envs=2)
+            UniformReplay(
+                **{"num_envs": 1, "capacity": 4, "batch_size": 1, "sequence_length": 1, **kwargs}
+            )
+    with pytest.raises(ReplayError, match="sequences of 5 steps can never be sampled"):
+        UniformReplay(1, 4, 1, 5)
+    with pytest.raises(ReplayError, match="min_size must be >= 0"):
+        UniformReplay(1, 4, 1, 1, min_size=-1)
+    replay = UniformReplay(2, 4, 1, 1)
+    state = replay.init(one_step(2))
     with pytest.raises(ReplayError, match="3 environments.*num_envs=2"):
-        replay.init(steps(3, 1, 2))
-    state = replay.init(steps(2, 1, 2))
-    with pytest.raises(ReplayError, match="3 environments"):
         replay.add(state, steps(3, 1, 2))
     with pytest.raises(ReplayError, match=r"\[B, T, \.\.\.\]"):
-        replay.add(state, {"id": jnp.zeros((2, 3)), "x": jnp.zeros((2, 4))})
+        replay.add(state, {"id": jnp.zeros((2, 3)), "obs": jnp.zeros((2, 4))})
+
+
+# --------------------------------------------------------------------------- one_time
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    unroll_length=st.sampled_from([1, 3, 5]),
+    adds=st.lists(st.sampled_from([1, 3, 5]), min_size=1, max_size=8),
+)
+def test_one_time_holds_the_last_unroll_and_the_step_before_it(unroll_length, adds):
+    replay = OneTimeReplay(num_envs=2, unroll_length=unroll_length)
+    state, written, fresh = replay.init(one_step(2)), 0, 0
+    window = collections.deque([0] * (unroll_length + 1), maxlen=unroll_length + 1)
+    for num_steps in adds:
+        state = replay.add(state, steps(2, written + 1, num_steps))
+        window.extend(range(written + 1, written + 1 + num_steps))
+        written += num_steps
+        fresh += num_steps
+        assert bool(replay.can_sample(state)) == (fresh >= unroll_length)
+        if fresh >= unroll_length:
+            batch, state = replay.sample(state, jax.random.key(0))
+            np.testing.assert_array_equal(batch["id"][0], list(window))
+            np.testing.assert_array_equal(
+                batch["id"][1], [i + ENV_STRIDE if i else 0 for i in window]
+            )
+            assert not bool(replay.can_sample(state))  # consumed once
+            fresh = 0
+
+
+def test_consecutive_unrolls_overlap_by_one_step():
+    replay = OneTimeReplay(num_envs=1, unroll_length=3)
+    state = replay.add(replay.init(one_step(1)), steps(1, 1, 1))  # the first step acted on
+    state = replay.add(state, steps(1, 2, 3))
+    first, state = replay.sample(state, None)
+    state = replay.add(state, steps(1, 5, 3))
+    second, _ = replay.sample(state, None)
+    np.testing.assert_array_equal(first["id"], [[1, 2, 3, 4]])
+    np.testing.assert_array_equal(second["id"], [[4, 5, 6, 7]])  # step 4 bootstraps the first
 
 
 # --------------------------------------------------------------------------- cycle_one_time
 
 
-def unroll(uid: int, envs: int, length: int) -> dict:
-    """An unroll [envs, length] tagged with its serial ``uid`` and each entry's position."""
+def actor_steps(uid: int, envs: int, length: int) -> dict:
+    """Steps [envs, length] tagged with the unroll's serial ``uid`` and each one's position."""
     pos = np.arange(envs * length).reshape(envs, length)
     return {"uid": jnp.full((envs, length), uid, jnp.int32), "pos": jnp.asarray(pos, jnp.int32)}
 
 
 @functools.cache
 def cycle_fns(num_actors: int, unroll_length: int, cap: int, envs: int):
-    replay = CycleOneTimeReplay(num_actors, unroll_length, cap, envs)
+    replay = CycleOneTimeReplay(num_actors, envs, unroll_length, cap)
     return replay, jax.jit(replay.add), jax.jit(replay.sample)
 
 
@@ -289,91 +304,86 @@ def cycle_fns(num_actors: int, unroll_length: int, cap: int, envs: int):
     ops=st.lists(st.one_of(st.integers(0, 3), st.just("sample")), max_size=30),
 )
 def test_cycle_property_fifo_each_unroll_consumed_once(config, ops):
+    """Each actor adds whole unrolls; the learner takes the oldest complete ones, each once;
+    an actor whose unroll still waits is refused (its steps are not written)."""
     num_actors, unroll_length, cap, envs = config
     replay, add, sample = cycle_fns(num_actors, unroll_length, cap, envs)
-    state = replay.init(unroll(0, envs, unroll_length))
+    state = replay.init(jax.tree.map(lambda x: x[:, 0], actor_steps(0, envs, 1)))
     queue: collections.deque[tuple[int, int]] = collections.deque()  # (uid, actor) FIFO
-    consumed: list[int] = []
-    accepted, refused = [], 0
+    last = {actor: 0 for actor in range(num_actors)}  # uid of each actor's last accepted
+    last_before: dict[int, int] = {}  # uid -> the uid of the step before that unroll
+    consumed, accepted, refused = [], [], 0
     for uid, op in enumerate(ops, start=1):
         if op == "sample":
+            assert bool(replay.can_sample(state)) == (len(queue) >= cap)
             if len(queue) < cap:
-                with pytest.raises(ReplayError, match=f"learn_queue_cap={cap}"):
-                    replay.check_can_sample(state)
-                assert not bool(replay.is_ready(state))
                 continue
-            replay.check_can_sample(state)
-            batch, state = sample(state)
-            expected = [queue.popleft()[0] for _ in range(cap)]
-            uids = np.asarray(batch["uid"]).reshape(cap, envs, unroll_length)
-            np.testing.assert_array_equal(
-                uids, np.broadcast_to(np.array(expected)[:, None, None], uids.shape)
-            )
-            pos = np.arange(envs * unroll_length).reshape(envs, unroll_length)
-            np.testing.assert_array_equal(batch["pos"], np.tile(pos, (cap, 1)))
-            consumed.extend(expected)
+            batch, state = sample(state, jax.random.key(0))
+            taken = [queue.popleft() for _ in range(cap)]
+            uids = np.asarray(batch["uid"]).reshape(cap, envs, unroll_length + 1)
+            for k, (expected, _) in enumerate(taken):
+                np.testing.assert_array_equal(uids[k, :, 1:], expected)
+                np.testing.assert_array_equal(uids[k, :, 0], last_before[expected])
+            consumed.extend(uid for uid, _ in taken)
             continue
         actor = op % num_actors
         busy = any(a == actor for _, a in queue)
         assert bool(replay.can_add(state, actor)) == (not busy)
         if busy:
-            with pytest.raises(ReplayError, match=f"actor {actor}'s previous unroll"):
-                replay.check_can_add(state, actor)
             refused += 1
         else:
-            replay.check_can_add(state, actor)
             queue.append((uid, actor))
             accepted.append(uid)
-        state = add(state, unroll(uid, envs, unroll_length), actor)  # traced actor_id
-    assert int(replay.num_waiting(state)) == len(queue)
+            last_before[uid] = last[actor]  # the step before this unroll: the previous one's last
+            last[actor] = uid
+        state = add(state, actor_steps(uid, envs, unroll_length), actor)  # traced actor
     assert int(state.refused) == refused
     assert int(state.next_arrival) == len(accepted)
-    # Consumed in arrival order, each once; the rest still waits.
-    assert consumed == accepted[: len(consumed)]
+    assert consumed == accepted[: len(consumed)]  # arrival order, each once
     assert sorted(uid for uid, _ in queue) == accepted[len(consumed) :]
 
 
 def test_cycle_sample_layout_and_refusal():
-    replay = CycleOneTimeReplay(num_actors=3, unroll_length=2, learn_queue_cap=2, envs_per_actor=2)
-    state = replay.init(unroll(0, 2, 2))
-    with pytest.raises(ReplayError, match=r"only 0 complete unroll\(s\) waiting"):
-        replay.check_can_sample(state)
-    state = replay.add(state, unroll(7, 2, 2), 2)
-    with pytest.raises(ReplayError, match=r"only 1 complete.*learn_queue_cap=2"):
-        replay.check_can_sample(state)
-    state = replay.add(state, unroll(8, 2, 2), 2)  # actor 2 again: refused, 7 is kept
+    replay = CycleOneTimeReplay(num_actors=3, envs_per_actor=2, unroll_length=2, learn_queue_cap=2)
+    state = replay.init(jax.tree.map(lambda x: x[:, 0], actor_steps(0, 2, 1)))
+    assert not bool(replay.can_sample(state))
+    state = replay.add(state, actor_steps(7, 2, 2), 2)
+    assert not bool(replay.can_sample(state))
+    state = replay.add(state, actor_steps(8, 2, 2), 2)  # actor 2 again: refused, 7 is kept
     assert int(state.refused) == 1
-    state = replay.add(state, unroll(9, 2, 2), 0)
+    state = replay.add(state, actor_steps(9, 2, 2), 0)
     np.testing.assert_array_equal(replay.next_actors(state), [2, 0])
-    batch, state = replay.sample(state)
-    assert batch["uid"].shape == (4, 2)  # [learn_queue_cap x envs_per_actor, unroll_length]
-    np.testing.assert_array_equal(batch["uid"][:, 0], [7, 7, 9, 9])
-    np.testing.assert_array_equal(batch["pos"], [[0, 1], [2, 3], [0, 1], [2, 3]])
-    assert int(replay.num_waiting(state)) == 0
-    state = replay.clear(replay.add(state, unroll(10, 2, 2), 1))
-    assert int(replay.num_waiting(state)) == 0
+    batch, state = replay.sample(state, None)
+    assert batch["uid"].shape == (4, 3)  # [learn_queue_cap x envs_per_actor, unroll_length + 1]
+    np.testing.assert_array_equal(batch["uid"][:, 1:], [[7, 7], [7, 7], [9, 9], [9, 9]])
+    np.testing.assert_array_equal(batch["pos"][:, 1:], [[0, 1], [2, 3], [0, 1], [2, 3]])
+    assert not bool(replay.can_sample(state)) and int(jnp.sum(replay.waiting(state))) == 0
 
 
 def test_cycle_validates_config_actor_and_shapes():
     with pytest.raises(ReplayError, match="learn_queue_cap=3 must be <= num_actors=2"):
-        CycleOneTimeReplay(num_actors=2, unroll_length=4, learn_queue_cap=3)
+        CycleOneTimeReplay(num_actors=2, envs_per_actor=1, unroll_length=4, learn_queue_cap=3)
     for bad in (
         {"num_actors": 0},
         {"unroll_length": -2},
         {"learn_queue_cap": 1.0},
         {"envs_per_actor": True},
     ):
-        kwargs = {"num_actors": 2, "unroll_length": 4, "learn_queue_cap": 1, **bad}
+        kwargs = {
+            "num_actors": 2,
+            "envs_per_actor": 1,
+            "unroll_length": 4,
+            "learn_queue_cap": 1,
+            **bad,
+        }
         with pytest.raises(ReplayError, match=f"{next(iter(bad))} must be a positive int"):
             CycleOneTimeReplay(**kwargs)
-    replay = CycleOneTimeReplay(num_actors=2, unroll_length=4, learn_queue_cap=1)
-    state = replay.init(unroll(0, 1, 4))
-    with pytest.raises(ReplayError, match=r"actor_id must be in \[0, 2\), got 2"):
-        replay.add(state, unroll(1, 1, 4), 2)
-    with pytest.raises(ReplayError, match="actor_id"):
-        replay.check_can_add(state, -1)
-    with pytest.raises(ReplayError, match=r"\[1, 3, \.\.\.\].*\[1, 4, \.\.\.\]"):
-        replay.add(state, unroll(1, 1, 3), 0)
+    replay = CycleOneTimeReplay(num_actors=2, envs_per_actor=1, unroll_length=4, learn_queue_cap=1)
+    state = replay.init(jax.tree.map(lambda x: x[:, 0], actor_steps(0, 1, 1)))
+    with pytest.raises(ReplayError, match=r"actor must be in \[0, 2\), got 2"):
+        replay.add(state, actor_steps(1, 1, 4), 2)
+    with pytest.raises(ReplayError, match="2 environments.*num_envs=1"):
+        replay.add(state, actor_steps(1, 2, 4), 0)
 
 
 # --------------------------------------------------------------------------- make_replay
@@ -381,17 +391,18 @@ def test_cycle_validates_config_actor_and_shapes():
 
 def test_make_replay_names():
     assert REPLAYERS == ("one_time", "uniform", "cycle_one_time")
-    assert isinstance(make_replay("one_time"), OneTimeReplay)
-    assert make_replay("uniform", capacity=10, num_envs=2) == UniformReplay(10, 2)
-    cycle = make_replay("cycle_one_time", num_actors=2, unroll_length=3, learn_queue_cap=1)
-    assert cycle == CycleOneTimeReplay(2, 3, 1, 1)
-    with pytest.raises(ReplayError, match="'uniform'.*num_envs"):
-        make_replay("uniform", capacity=10)
+    sizes = ReplaySizes(num_envs=4, unroll_length=3, batch_size=2, sequence_length=2, capacity=10)
+    assert make_replay("one_time", sizes) == OneTimeReplay(4, 3)
+    assert make_replay("uniform", sizes) == UniformReplay(4, 10, 2, 2)
+    cycle = ReplaySizes(num_envs=4, unroll_length=3, num_actors=2, learn_queue_cap=1)
+    assert make_replay("cycle_one_time", cycle) == CycleOneTimeReplay(2, 2, 3, 1)
+    with pytest.raises(ReplayError, match="num_envs=4 must be a multiple of num_actors=3"):
+        make_replay("cycle_one_time", ReplaySizes(num_envs=4, num_actors=3))
 
 
 def test_make_replay_unknown_name_lists_the_valid_ones():
     with pytest.raises(UnknownReplayError) as info:
-        make_replay("prioritized")
+        make_replay("prioritized", ReplaySizes(num_envs=1))
     assert isinstance(info.value, ValueError)
     message = str(info.value)
     assert "'prioritized'" in message

@@ -1,7 +1,8 @@
 """Run in a subprocess with two forced CPU devices (XLA_FLAGS must be set before jax is
-imported): one update of PPO and of CRR on the same global batch, on one device and split
-over two; prints the largest differences as a JSON line. With ``train``, also runs a short
-CRR training on two devices and prints its summary."""
+imported): for every agent of tests/contract_cases.py, the same ``learn`` call on the same
+replay state with the learner on one device and split over two; prints the largest
+differences as a JSON line. With a run directory argument, also trains a short run with the
+learner on two devices and prints its summary."""
 
 import json
 import os
@@ -11,10 +12,13 @@ os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
 
-from heron import agents, envs, parallel  # noqa: E402
-from heron.types import Experience, StepType  # noqa: E402
+sys.path.insert(0, os.path.dirname(__file__))
+from contract_cases import CASES  # noqa: E402
+
+from heron import agents, api  # noqa: E402
+from heron.training import RunConfig  # noqa: E402
+from heron.training.driver import seed_keys  # noqa: E402
 
 
 def largest_difference(a, b) -> float:
@@ -22,78 +26,54 @@ def largest_difference(a, b) -> float:
     return max(float(jnp.max(jnp.abs(x - y))) for x, y in pairs)
 
 
-def compare(agent, batch, key) -> dict:
-    state = agent.init(jax.random.key(0))
-    one_state, one_metrics = jax.jit(agent.update)(state, batch, key)
-    two = jax.jit(parallel.shard_update(agent.update, jax.devices()[:2]))
-    two_state, two_metrics = two(state, batch, key)
+def small_run(env: str, **overrides) -> RunConfig:
+    settings = dict(env=env, num_envs=8, n_evals=2, eval_temperatures=(0.0,), steps=512)
+    return RunConfig(**{**settings, **overrides})
+
+
+def compare(name: str) -> dict:
+    """Fills a replay with a few iterations (learner on both devices), then one ``learn`` on
+    one device and one on two, from the same state and key."""
+    case = CASES[name]
+    setup = api.build(name, case.config, small_run(case.jax_env))
+    program = setup.program()
+    state = program.init(seed_keys([0]))
+    for _ in range(3):
+        state, _ = program.iteration(state)
+    state = jax.tree.map(lambda x: x[0], state)
+    key = jax.random.PRNGKey(7)
+    # One more collection, not yet learnt from (an on-policy replay is consumed by learning).
+    _, steps = jax.jit(setup.source.collect, static_argnums=0)(
+        setup.agent, state.agent_state, state.source_state, key
+    )
+    state = state._replace(replay_state=setup.replay.add(state.replay_state, steps))
+    one = agents.make(name, setup.agent.spec, case.config, devices=jax.devices()[:1])
+    two = agents.make(name, setup.agent.spec, case.config, devices=jax.devices()[:2])
+    assert bool(setup.replay.can_sample(state.replay_state)), name
+    results = {}
+    for label, agent in (("one", one), ("two", two)):
+        learn = jax.jit(agent.learn, static_argnums=1)
+        results[label] = learn(state.agent_state, setup.replay, state.replay_state, key)
+    (one_state, _, one_metrics), (two_state, _, two_metrics) = results["one"], results["two"]
     return {
-        "params": largest_difference(agent.params(one_state), agent.params(two_state)),
+        "params": largest_difference(one.params(one_state), two.params(two_state)),
         "state": largest_difference(one_state, two_state),
         "metrics": largest_difference(one_metrics, two_metrics),
-        "changed": largest_difference(agent.params(state), agent.params(one_state)),
+        "changed": largest_difference(one.params(state.agent_state), one.params(one_state)),
     }
 
 
-def random_steps(key, spec, shape, action):
-    """Experience of the given [.., ..] shape with random observations and rewards, LAST steps
-    scattered, and the given actions."""
-    obs_key, reward_key, last_key = jax.random.split(key, 3)
-    step_type = jnp.where(
-        jax.random.uniform(last_key, shape) < 0.2, StepType.LAST, StepType.MID
-    ).astype(jnp.int32)
-    return Experience(
-        step_type=step_type,
-        reward=jax.random.normal(reward_key, shape),
-        discount=jnp.where(step_type == StepType.LAST, 0.0, 1.0),
-        observation=jax.random.normal(obs_key, shape + spec.observation_shape),
-        action=action,
-    )
-
-
-def ppo_case(key) -> dict:
-    spec = envs.make("gymnax:CartPole-v1", 1).spec
-    agent = agents.make("ppo", spec, agents.PPOConfig())
-    action_key, extras_key, steps_key = jax.random.split(key, 3)
-    shape = (16, 5)  # [B, T+1]
-    experience = random_steps(
-        steps_key, spec, shape, jax.random.randint(action_key, shape, 0, 2)
-    )._replace(
-        extras={
-            "log_prob": jnp.full(shape, np.log(0.5), jnp.float32),
-            "value": jax.random.normal(extras_key, shape),
-        }
-    )
-    state = agent.init(jax.random.key(0))
-    batch = agent.preprocess(state, experience)  # [16, 4]
-    sequences = jax.tree.map(lambda x: x.reshape((64, 1) + x.shape[2:]), batch)
-    time_major = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), sequences)  # [1, 64]
-    return compare(agent, time_major, key)
-
-
-def crr_case(key) -> dict:
-    spec = envs.make("gymnax:Pendulum-v1", 1).spec
-    agent = agents.make("crr", spec, agents.CRRConfig(hidden_sizes=(32, 32)))
-    action_key, steps_key = jax.random.split(key)
-    shape = (3, 16)  # [L, M], time-major
-    actions = jax.random.uniform(action_key, shape + (1,), minval=-2.0, maxval=2.0)
-    return compare(agent, random_steps(steps_key, spec, shape, actions), key)
-
-
-def short_crr_training(run_dir: str) -> dict:
-    """Two seeds of CRR on Pendulum, the learner split over the devices (the test runs the
-    same on one device)."""
-    from heron.training.config import RunConfig
-    from heron.training.driver import build, train
-
-    config = agents.CRRConfig(hidden_sizes=(32, 32), min_replay_size=256)
-    run = RunConfig(env="gymnax:Pendulum-v1", steps=2048, seeds=2, eval_every_n=2)
-    return train(build("crr", config, run), run_dir)
+def short_training(run_dir: str) -> dict:
+    """Two seeds of CRR on Pendulum with the learner split over the devices (the test runs
+    the same on one device)."""
+    case = CASES["crr"]
+    run = small_run(case.jax_env, steps=2048, seeds=2, eval_every_n=2, num_envs=4)
+    return api.train(api.build("crr", case.config, run), run_dir)
 
 
 if __name__ == "__main__":
-    key = jax.random.key(1)
-    result = {"devices": len(jax.devices()), "ppo": ppo_case(key), "crr": crr_case(key)}
+    result = {"devices": len(jax.devices())}
+    result.update({name: compare(name) for name in CASES})
     if len(sys.argv) > 1:
-        result["train"] = short_crr_training(sys.argv[1])
+        result["train"] = short_training(sys.argv[1])
     print(json.dumps(result))

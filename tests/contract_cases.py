@@ -1,0 +1,63 @@
+"""Every registered agent, with a small configuration and the environments it serves, for
+the contract tests (tests/test_contract.py) and the 2-device check (tests/two_devices.py).
+An agent added to heron is covered by adding its case here."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from heron.agents import CRRConfig, NetworkConfig, PPOConfig, SVG0Config
+from heron.agents.base import ReplayConfig
+
+SMALL_NETWORK = NetworkConfig(hidden_sizes=(16,), torso="layer_norm_mlp", activation="elu")
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    config: Any  # small, fast settings (not a learning configuration)
+    jax_env: str
+    gym_env: str
+    offline: bool  # learns from a dataset
+    serves: tuple[str, ...] = ("discrete", "continuous")  # action kinds it takes
+
+
+CASES = {
+    "ppo": Case(
+        PPOConfig(unroll_length=8, batch_size=16, num_epochs=2),
+        "gymnax:CartPole-v1",
+        "gym:CartPole-v1",
+        offline=False,
+    ),
+    "crr": Case(
+        CRRConfig(
+            network=SMALL_NETWORK,
+            num_atoms=11,
+            vmin=-20.0,
+            vmax=0.0,
+            batch_size=16,
+            unroll_length=2,
+            num_action_samples_policy=2,
+            num_action_samples_td=2,
+            replay=ReplayConfig(min_size=32, ratio=0.5),
+        ),
+        "gymnax:Pendulum-v1",
+        "gym:Pendulum-v1",
+        offline=True,
+    ),
+    "svg0": Case(
+        SVG0Config(
+            network=SMALL_NETWORK,
+            batch_size=16,
+            unroll_length=2,
+            sequence_length=3,
+            num_action_samples=2,
+            prior=True,
+            replay=ReplayConfig(min_size=32, ratio=0.5),
+        ),
+        "gymnax:Pendulum-v1",
+        "gym:Pendulum-v1",
+        offline=True,
+        serves=("continuous",),
+    ),
+}
