@@ -25,7 +25,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from heron import envs
-from heron.offline.dataset import Episode, episodes_from_steps, gym_spaces, write_dataset
+from heron.offline.dataset import (
+    Episode,
+    check_writable,
+    episodes_from_steps,
+    gym_spaces,
+    write_dataset,
+)
 from heron.specs import ActionSpec
 from heron.types import Experience, StepType
 
@@ -134,8 +140,7 @@ def collect(
         raise CollectError(f"temperature must be >= 0, got {temperature}")
     if not 0.0 <= epsilon <= 1.0:
         raise CollectError(f"epsilon must be in [0, 1], got {epsilon}")
-    if os.path.exists(os.path.join(out, "metadata.json")):
-        raise CollectError(f"{out!r} already holds a dataset; choose another --out")
+    check_writable(out)  # before the rollouts, not after
     setup, _, state, checkpoint = load_run(run_dir)
     agent, pipeline, run = setup.agent, setup.pipeline, setup.run
     first_seed = jax.tree.map(lambda x: x[0], (state.agent_state, state.observations))

@@ -52,6 +52,9 @@ class RunConfig:
     """Train offline from this Minari dataset directory; the env only evaluates."""
     updates_per_iteration: int = 1_000
     """With a dataset: gradient updates per iteration (the unit of the eval/save schedules)."""
+    env_module: str | None = None
+    """Python module imported before the environment is made (e.g. mypkg.envs): its
+    gymnasium.register / heron.envs.register calls make its ids available."""
 
     def __post_init__(self):
         check(self.steps > 0, f"steps must be > 0, got {self.steps}")
