@@ -44,34 +44,42 @@ class UsageError(ValueError):
 
 
 def _box_lines(box: str) -> list[str]:
-    """The lines inside tyro's error box, borders removed, indentation kept."""
+    """The lines of tyro's error message, borders removed, indentation kept. tyro draws a box
+    (``╭─ title ─╮``, ``│ line │``) or, when it cannot, plain lines (`` title``,
+    ``  line``); rules are ``─`` or ``-``."""
     lines = []
-    for line in box.splitlines():
-        line = line.rstrip()
-        if line.startswith("│"):
+    for raw in box.splitlines():
+        line = raw.rstrip()
+        if line.lstrip().startswith(("╭", "╰")):
+            line = line.strip().strip("╭╮╰╯─ ")
+        elif line.startswith("│"):
             line = line[1:].removesuffix("│").rstrip()
             line = line[1:] if line.startswith(" ") else line
-        lines.append(line.strip("╭╮╰╯") if line.lstrip().startswith(("╭", "╰")) else line)
+        lines.append(line)
     return lines
+
+
+def _is_rule(line: str) -> bool:
+    return not line.strip() or set(line.strip()) <= set("─-")
 
 
 def _suggestions(lines: list[str]) -> list[tuple[str | None, list[str]]]:
     """The options tyro suggests, as (misspelt option or None, suggested options): its
     "Perhaps you meant:" section (one unknown option) or one "Arguments similar to --x:"
-    section per unknown option. Option lines are indented by 4, their help by 8."""
+    section per unknown option. Option lines are indented 4 deeper than the section's
+    header, their help 8."""
     sections: list[tuple[str | None, list[str]]] = []
-    in_section = False
+    indent = None  # the option lines' indentation inside a section
     for line in lines:
         text = line.strip()
-        if text.startswith("Perhaps you meant"):
-            sections.append((None, []))
-            in_section = True
-        elif text.startswith("Arguments similar to "):
-            sections.append((text.removeprefix("Arguments similar to ").rstrip(":"), []))
-            in_section = True
-        elif not text or set(text) <= set("─ "):
-            in_section = False
-        elif in_section and line.startswith("    -") and not line.startswith("     "):
+        depth = len(line) - len(line.lstrip())
+        if text.startswith("Perhaps you meant") or text.startswith("Arguments similar to "):
+            typo = text.removeprefix("Arguments similar to ").rstrip(":")
+            sections.append((None if text.startswith("Perhaps") else typo, []))
+            indent = depth + 4
+        elif _is_rule(line):
+            indent = None
+        elif indent is not None and depth == indent and text.startswith("-"):
             options = sections[-1][1]
             for option in text.split(" ")[0].split(","):
                 if option and option not in options:
@@ -80,18 +88,21 @@ def _suggestions(lines: list[str]) -> list[tuple[str | None, list[str]]]:
 
 
 def _one_line(box: str) -> str:
-    """The message inside tyro's error box (its first section), on one line, with the
-    options tyro suggests for a misspelt one."""
-    lines = [line.strip() for line in _box_lines(box)]
+    """The message of tyro's error (after its title, up to the first rule) on one line, with
+    the options tyro suggests for a misspelt one."""
+    lines = _box_lines(box)
+    body = lines[1:] if lines else []  # lines[0] is the title
+    while body and _is_rule(body[0]):
+        body = body[1:]
     message = []
-    for line in lines[1:]:  # lines[0] is the box's title
-        if not line or set(line) <= set("─ "):
+    for line in body:
+        if _is_rule(line):
             break
-        message.append(line)
-    text = " ".join(message) or " ".join(line for line in lines if line.strip("─ "))
+        message.append(line.strip())
+    text = " ".join(message) or " ".join(line.strip() for line in lines if not _is_rule(line))
     hints = [
         " or ".join(options) + (f" for {typo}" if typo else "")
-        for typo, options in _suggestions(_box_lines(box))
+        for typo, options in _suggestions(lines)
     ]
     if hints:
         text += f"; did you mean {', '.join(hints)}?"

@@ -326,10 +326,10 @@ def _gym_random_steps(
 
 def _gym_rollout(env, seed: int, actions) -> list[tuple]:
     observation, _ = env.reset(seed=seed, options=None)
-    trace = [(np.asarray(observation), 0.0, False, False)]
+    trace = [(np.asarray(observation), np.asarray(0.0), False, False)]
     for action in actions:
         observation, reward, terminated, truncated, _ = env.step(action)
-        trace.append((np.asarray(observation), float(reward), bool(terminated), bool(truncated)))
+        trace.append((np.asarray(observation), np.asarray(reward), terminated, truncated))
         if terminated or truncated:
             break
     return trace
@@ -351,7 +351,12 @@ def _gym_determinism(found: _Findings, env, action_space, seed: int, steps: int)
         )
         return
     for t, (a, b) in enumerate(zip(first[1:], second[1:], strict=False)):
-        same = np.array_equal(a[0], b[0], equal_nan=True) and a[1:] == b[1:]
+        same = (
+            np.array_equal(a[0], b[0], equal_nan=True)
+            and np.array_equal(a[1], b[1], equal_nan=True)
+            and bool(a[2]) == bool(b[2])
+            and bool(a[3]) == bool(b[3])
+        )
         if not same or len(first) != len(second):
             found.add(
                 "determinism",
