@@ -376,19 +376,21 @@ COMMANDS = {
 }
 
 
-def _fail(message: str, status: int) -> int:
-    """Prints heron's one error line. The process ends next: what background threads and exit
-    handlers report after it (a TensorBoard writer or checkpoint writer meeting the same full
-    disk, say) would bury that line under their tracebacks and log records, so they are not
-    printed."""
+def _fail(message: str, status: int, ending_process: bool) -> int:
+    """Prints heron's one error line. When the process ends next (``heron`` on the command
+    line), what background threads and exit handlers report after it (a TensorBoard writer or
+    a checkpoint writer meeting the same full disk, say) would bury that line under their
+    tracebacks and log records, so they are not printed."""
     print(f"heron: error: {message}", file=sys.stderr, flush=True)
-    sys.unraisablehook = lambda unraisable: None
-    threading.excepthook = lambda args: None
-    logging.disable(logging.CRITICAL)
+    if ending_process:
+        sys.unraisablehook = lambda unraisable: None
+        threading.excepthook = lambda args: None
+        logging.disable(logging.CRITICAL)
     return status
 
 
 def main(argv: list[str] | None = None) -> int:
+    ending_process = argv is None  # the `heron` command, not a call from Python
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
@@ -403,11 +405,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = COMMANDS[command](rest)
     except ValueError as error:  # every user-caused error is a ValueError subclass
-        return _fail(str(error), 2)
+        return _fail(str(error), 2, ending_process)
     except RuntimeError as error:  # training could not go on (e.g. a non-finite loss)
-        return _fail(str(error), 1)
+        return _fail(str(error), 1, ending_process)
     except OSError as error:  # read-only or full disk, a file where a directory should be, ...
-        return _fail(describe_os_error(error), 1)
+        return _fail(describe_os_error(error), 1, ending_process)
     except KeyboardInterrupt:
         print("heron: interrupted", file=sys.stderr)
         return 130

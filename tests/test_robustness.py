@@ -371,6 +371,18 @@ def test_a_full_disk_while_saving_keeps_the_older_checkpoints(tmp_path, monkeypa
     assert checkpoints.verify(str(run_dir), 1) is None
 
 
+def test_continuing_a_run_removes_partial_checkpoint_folders(tiny_run, tmp_path, capsys):
+    """A killed process or a full disk leaves orbax's temporary folder; reading the run
+    leaves it alone, writing to it again removes it."""
+    run_dir = copy_run(tiny_run, tmp_path)
+    partial = os.path.join(run_dir, "checkpoints", "3.orbax-checkpoint-tmp-1234")
+    os.makedirs(os.path.join(partial, "default"))
+    assert main(["eval", run_dir, "--episodes", "1"]) == 0
+    assert os.path.isdir(partial)
+    assert main(["train", "--resume", run_dir, "--steps", "192"]) == 0
+    assert not os.path.exists(partial) and checkpoints.all_steps(run_dir) == [1, 2, 3]
+
+
 # --------------------------------------------------------------------------- OS errors
 
 

@@ -183,19 +183,16 @@ def make_one(env_id: str):
 
 
 def _custom_env(env_id: str, target):
-    """(gymnasium.Env) or (gymnax env, params) from a class or factory; UnknownEnvError when
-    it is neither."""
+    """The gymnasium.Env or gymnax (env, params) pair that ``target`` (a class or a
+    factory) makes; UnknownEnvError when it makes neither."""
     import gymnasium
 
     environment = _gymnax_environment_type()
-    if isinstance(target, type) and issubclass(target, environment):
-        made = target()
-    elif callable(target):
-        made = target()
-    else:
+    if not callable(target):
         raise UnknownEnvError(
             f"{env_id!r} names a {type(target).__name__}, not an environment class or factory"
         )
+    made = target()
     if isinstance(made, gymnasium.Env):
         return made
     if isinstance(made, environment):

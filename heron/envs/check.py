@@ -64,7 +64,8 @@ class EnvCheck:
 
     def summary(self) -> dict[str, Any]:
         """The JSON line of ``heron check-env``."""
-        return {"env": self.env, "ok": self.ok, **dataclasses.asdict(self)}
+        fields = dataclasses.asdict(self)
+        return {"env": fields.pop("env"), "ok": self.ok, **fields}
 
 
 class _Findings:
@@ -235,6 +236,9 @@ def _gym_reset(found: _Findings, env, observation_space, seed: int) -> bool:
             "keywords seed and options",
         )
         return False
+    except Exception as error:
+        found.add("reset", f"reset(seed={seed}) raised {_one_line(error)}")
+        return False
     if not (isinstance(result, tuple) and len(result) == 2):
         found.add("reset", f"reset must return (observation, info), got {_describe(result)}")
         return False
@@ -320,7 +324,11 @@ def _gym_random_steps(
             result.truncated += bool(truncated) and not terminated
             lengths.append((length, bool(terminated)))
             length = 0
-            env.reset()
+            try:
+                env.reset()
+            except Exception as error:
+                found.add("reset", f"{where}: reset() after the episode raised {_one_line(error)}")
+                return lengths
     return lengths
 
 

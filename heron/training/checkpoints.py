@@ -52,9 +52,14 @@ def _folder(run_dir: str) -> str:
     return os.path.abspath(os.path.join(run_dir, "checkpoints"))
 
 
-def _manager(run_dir: str, keep: int = 3) -> ocp.CheckpointManager:
+def _manager(run_dir: str, keep: int = 3, writer: bool = False) -> ocp.CheckpointManager:
+    """orbax's manager of ``run_dir/checkpoints``; a ``writer`` also removes the temporary
+    folders of saves that never finished (a killed process, a full disk)."""
     options = ocp.CheckpointManagerOptions(
-        max_to_keep=keep, create=True, enable_async_checkpointing=False
+        max_to_keep=keep,
+        create=True,
+        enable_async_checkpointing=False,
+        cleanup_tmp_directories=writer,
     )
     return ocp.CheckpointManager(
         _folder(run_dir), options=options, item_handlers=ocp.StandardCheckpointHandler()
@@ -119,7 +124,7 @@ class Checkpointer:
     def __init__(self, run_dir: str, keep: int = 3):
         self._run_dir = run_dir
         with _quiet_orbax():
-            self._manager = _manager(run_dir, keep)
+            self._manager = _manager(run_dir, keep, writer=True)
 
     def save(self, step: int, state) -> None:
         """Saves ``state`` as checkpoint ``step``. A folder already there for ``step`` (one
