@@ -100,10 +100,10 @@ def _one_line(box: str) -> str:
             break
         message.append(line.strip())
     text = " ".join(message) or " ".join(line.strip() for line in lines if not _is_rule(line))
-    hints = [
-        " or ".join(options) + (f" for {typo}" if typo else "")
-        for typo, options in _suggestions(lines)
-    ]
+    sections = sorted(  # in the order of the message (tyro's own order varies)
+        _suggestions(lines), key=lambda section: text.find(section[0]) if section[0] else 0
+    )
+    hints = [" or ".join(options) + (f" for {typo}" if typo else "") for typo, options in sections]
     if hints:
         text += f"; did you mean {', '.join(hints)}?"
     return text

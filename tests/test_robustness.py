@@ -507,7 +507,7 @@ def test_an_id_that_downloads_its_data(monkeypatch):
         (["train", "ppo", "--ppo.gama", "0.9"], "did you mean --ppo.gamma?"),
         (["train", "ppo", "--gamma", "0.9"], "did you mean --ppo.gamma?"),
         (["train", "ppo", "--stepz", "3", "--ppo.gama", "0.9"],
-         "did you mean --ppo.gamma for --ppo.gama, --steps for --stepz?"),
+         "did you mean --steps for --stepz, --ppo.gamma for --ppo.gama?"),
         (["eval", "runs/x", "--episdes", "3"], "did you mean --episodes?"),
         (["check-env", "gym:CartPole-v1", "--step", "3"], "did you mean --steps"),
     ],
