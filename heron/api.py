@@ -23,7 +23,7 @@ from heron.agents.base import Agent
 from heron.configs import ConfigError
 from heron.envs.wrappers import ObservationPipeline
 from heron.offline import collect as collecting
-from heron.offline.dataset import gym_spaces, read_dataset, write_dataset
+from heron.offline.dataset import check_writable, gym_spaces, read_dataset, write_dataset
 from heron.offline.source import DatasetSource
 from heron.training import checkpoints, driver, rundir
 from heron.training.config import RunConfig
@@ -200,8 +200,7 @@ def collect(
         raise collecting.CollectError(f"temperature must be finite and >= 0, got {temperature}")
     if not 0.0 <= epsilon <= 1.0:
         raise collecting.CollectError(f"epsilon must be in [0, 1], got {epsilon}")
-    if os.path.exists(os.path.join(out, "metadata.json")):
-        raise collecting.CollectError(f"{out!r} already holds a dataset; choose another --out")
+    check_writable(out)  # before the rollouts, not after
     setup, _, state, checkpoint = load_run(run_dir)
     run, pipeline = setup.run, setup.source.pipeline
     first_seed = jax.tree.map(lambda x: x[0], state)

@@ -1,24 +1,32 @@
-"""``heron train | eval | plot | collect``: the command line.
+"""``heron train | eval | plot | collect | check-env``: the command line.
 
-    heron train ALGO [--env ID] [--steps N] [--seed S] [--num-envs E] [--run-dir DIR]
-                     [--eval-every-n I] [--n-evals N] [--eval-temperatures T ...]
-                     [--save-every-n I] [--dataset DATASET] [--ALGO.FIELD VALUE ...]
+    heron train ALGO [--env ID] [--env-module MODULE] [--steps N] [--seed S] [--num-envs E]
+                     [--run-dir DIR] [--eval-every-n I] [--n-evals N]
+                     [--eval-temperatures T ...] [--save-every-n I] [--dataset DATASET]
+                     [--ALGO.FIELD VALUE ...]
     heron eval RUN_DIR [--episodes N] [--temperature T]
     heron collect RUN_DIR --episodes N --out DATASET [--temperature T] [--epsilon E]
+    heron check-env ID [--env-module MODULE] [--steps N] [--seed S]
 
-Errors a user can cause print one line on stderr and exit with status 2. JAX's persistent
-compilation cache lives in ``$XDG_CACHE_HOME/heron/jax`` (default ~/.cache/heron/jax);
-``HERON_COMPILE_CACHE=DIR`` moves it and ``HERON_COMPILE_CACHE=off`` disables it.
+Exit status: 0 done; 2 bad input (an unknown option, value, environment, run dir or
+dataset); 1 the command could not go on (a non-finite loss, an OS error such as a read-only
+directory or a full disk, an environment check that found problems); 130 interrupted. Errors
+print one line on stderr (``heron: error: ...``). JAX's persistent compilation cache lives in
+``$XDG_CACHE_HOME/heron/jax`` (default ~/.cache/heron/jax); ``HERON_COMPILE_CACHE=DIR`` moves
+it and ``HERON_COMPILE_CACHE=off`` disables it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import io
 import json
+import logging
 import os
 import sys
+import threading
 
 import tyro
 
@@ -27,6 +35,7 @@ USAGE = """usage: heron train ALGO [options] [--ALGO.FIELD VALUE ...]
        heron eval RUN_DIR [--episodes N] [--temperature T]
        heron plot RUN_DIR [RUN_DIR ...] --out FILE.png [--temperatures T ...]
        heron collect RUN_DIR --episodes N --out DATASET [--temperature T] [--epsilon E]
+       heron check-env ID [--env-module MODULE] [--steps N] [--seed S]
 run `heron train ALGO --help` for every option of an algorithm"""
 
 
@@ -34,15 +43,70 @@ class UsageError(ValueError):
     """A command line heron cannot run."""
 
 
+def _box_lines(box: str) -> list[str]:
+    """The lines of tyro's error message, borders removed, indentation kept. tyro draws a box
+    (``╭─ title ─╮``, ``│ line │``) or, when it cannot, plain lines (`` title``,
+    ``  line``); rules are ``─`` or ``-``."""
+    lines = []
+    for raw in box.splitlines():
+        line = raw.rstrip()
+        if line.lstrip().startswith(("╭", "╰")):
+            line = line.strip().strip("╭╮╰╯─ ")
+        elif line.startswith("│"):
+            line = line[1:].removesuffix("│").rstrip()
+            line = line[1:] if line.startswith(" ") else line
+        lines.append(line)
+    return lines
+
+
+def _is_rule(line: str) -> bool:
+    return not line.strip() or set(line.strip()) <= set("─-")
+
+
+def _suggestions(lines: list[str]) -> list[tuple[str | None, list[str]]]:
+    """The options tyro suggests, as (misspelt option or None, suggested options): its
+    "Perhaps you meant:" section (one unknown option) or one "Arguments similar to --x:"
+    section per unknown option. Option lines are indented 4 deeper than the section's
+    header, their help 8."""
+    sections: list[tuple[str | None, list[str]]] = []
+    indent = None  # the option lines' indentation inside a section
+    for line in lines:
+        text = line.strip()
+        depth = len(line) - len(line.lstrip())
+        if text.startswith("Perhaps you meant") or text.startswith("Arguments similar to "):
+            typo = text.removeprefix("Arguments similar to ").rstrip(":")
+            sections.append((None if text.startswith("Perhaps") else typo, []))
+            indent = depth + 4
+        elif _is_rule(line):
+            indent = None
+        elif indent is not None and depth == indent and text.startswith("-"):
+            options = sections[-1][1]
+            for option in text.split(" ")[0].split(","):
+                if option and option not in options:
+                    options.append(option)
+    return [(typo, options) for typo, options in sections if options]
+
+
 def _one_line(box: str) -> str:
-    """The message inside tyro's error box (its first section), on one line."""
-    lines = [line.strip().strip("│╭╮╰╯").strip() for line in box.splitlines()]
+    """The message of tyro's error (after its title, up to the first rule) on one line, with
+    the options tyro suggests for a misspelt one."""
+    lines = _box_lines(box)
+    body = lines[1:] if lines else []  # lines[0] is the title
+    while body and _is_rule(body[0]):
+        body = body[1:]
     message = []
-    for line in lines[1:]:  # lines[0] is the box's title
-        if not line or set(line) <= set("─ "):
+    for line in body:
+        if _is_rule(line):
             break
-        message.append(line)
-    return " ".join(message) or " ".join(line for line in lines if line.strip("─ "))
+        message.append(line.strip())
+    text = " ".join(message) or " ".join(line.strip() for line in lines if not _is_rule(line))
+    sections = sorted(  # in the order of the message (tyro's own order varies)
+        _suggestions(lines), key=lambda section: text.find(section[0]) if section[0] else 0
+    )
+    hints = [" or ".join(options) + (f" for {typo}" if typo else "") for typo, options in sections]
+    if hints:
+        text += f"; did you mean {', '.join(hints)}?"
+    return text
 
 
 def _cli(config_type, argv: list[str], prog: str, **kwargs):
@@ -178,11 +242,13 @@ def cmd_train(argv: list[str]) -> dict:
         args = _cli(ResumeArgs, argv, "heron train")
         if args.steps is not None and args.steps <= 0:
             raise UsageError(f"--steps must be > 0, got {args.steps}")
+        _import_env_module_of(args.resume)
         configure_compile_cache()
         from heron import api
 
         return api.resume(args.resume, args.steps)
     algo, agent_config, run = _parse_train(argv)
+    _envs().import_env_module(run.env_module)
     configure_compile_cache()
     from heron import api
 
@@ -207,6 +273,7 @@ def cmd_eval(argv: list[str]) -> dict:
         raise UsageError(f"--episodes must be > 0, got {args.episodes}")
     if not 0 <= args.temperature < float("inf"):
         raise UsageError(f"--temperature must be finite and >= 0, got {args.temperature}")
+    _import_env_module_of(args.run_dir)
     configure_compile_cache()
     from heron import api
 
@@ -254,6 +321,7 @@ def cmd_collect(argv: list[str]) -> dict:
     args = _cli(CollectArgs, argv, "heron collect")
     if args.episodes <= 0:
         raise UsageError(f"--episodes must be > 0, got {args.episodes}")
+    _import_env_module_of(args.run_dir)
     configure_compile_cache()
     from heron import api
 
@@ -262,10 +330,89 @@ def cmd_collect(argv: list[str]) -> dict:
     )
 
 
-COMMANDS = {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot, "collect": cmd_collect}
+@dataclasses.dataclass(frozen=True)
+class CheckEnvArgs:
+    """Check an environment as heron will use it: spaces, reset/step signatures, dtypes and
+    shapes, NaN/inf, determinism under one seed, speed. One line per problem on stderr, a JSON
+    line on stdout; exit status 1 when there are problems."""
+
+    env: tyro.conf.Positional[str]
+    """Environment id: gymnax:<id>, gym:<id>, heron:<id> or module.path:Attribute."""
+    env_module: str | None = None
+    """Python module to import first (its gymnasium.register / heron.envs.register calls)."""
+    steps: int = 1000
+    """Random steps to take (JAX environments: per environment, 16 of them)."""
+    seed: int = 0
+    """Seed of the random actions and of the determinism check."""
+
+
+def cmd_check_env(argv: list[str]) -> dict:
+    args = _cli(CheckEnvArgs, argv, "heron check-env")
+    if args.steps <= 0:
+        raise UsageError(f"--steps must be > 0, got {args.steps}")
+    _envs().import_env_module(args.env_module)
+    report = _envs().check(args.env, steps=args.steps, seed=args.seed)
+    for problem in report.problems:
+        print(f"heron: problem: {problem}", file=sys.stderr)
+    for note in report.notes:
+        print(f"heron: note: {note}", file=sys.stderr)
+    return report.summary()
+
+
+def _envs():
+    """heron.envs, imported when a command needs it (it imports JAX)."""
+    from heron import envs as module
+
+    return module
+
+
+def _import_env_module_of(run_dir: str) -> None:
+    """Imports the ``env_module`` recorded in ``run_dir``'s config.json, so that the run's
+    environment id resolves; a missing or unreadable config.json is reported later."""
+    try:
+        with open(os.path.join(run_dir, "config.json")) as f:
+            module = json.load(f)["run"].get("env_module")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return
+    if module is not None:
+        _envs().import_env_module(module)
+
+
+def describe_os_error(error: OSError) -> str:
+    """One line: the path(s), the OS's reason and its errno name, e.g. ``'runs/x': Read-only
+    file system (EROFS)``."""
+    paths = [os.fsdecode(p) for p in (error.filename, error.filename2) if p is not None]
+    text = str(error).strip()
+    reason = error.strerror or (text.splitlines()[0] if text else type(error).__name__)
+    code = errno.errorcode.get(error.errno) if isinstance(error.errno, int) else None
+    where = " -> ".join(repr(p) for p in paths)
+    return f"{where + ': ' if where else ''}{reason}{f' ({code})' if code else ''}"
+
+
+COMMANDS = {
+    "train": cmd_train,
+    "eval": cmd_eval,
+    "plot": cmd_plot,
+    "collect": cmd_collect,
+    "check-env": cmd_check_env,
+}
+
+
+def _fail(message: str, status: int, ending_process: bool) -> int:
+    """Prints heron's one error line. When the process ends next (``heron`` on the command
+    line), what background threads and exit handlers report after it (a TensorBoard writer or
+    a checkpoint writer meeting the same full disk, say) would bury that line under their
+    tracebacks and log records, so they are not printed."""
+    print(f"heron: error: {message}", file=sys.stderr, flush=True)
+    if ending_process:
+        sys.unraisablehook = lambda unraisable: None
+        threading.excepthook = lambda args: None
+        logging.disable(logging.CRITICAL)
+    return status
 
 
 def main(argv: list[str] | None = None) -> int:
+    ending_process = argv is None  # the `heron` command, not a call from Python
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
@@ -280,16 +427,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = COMMANDS[command](rest)
     except ValueError as error:  # every user-caused error is a ValueError subclass
-        print(f"heron: error: {error}", file=sys.stderr)
-        return 2
+        return _fail(str(error), 2, ending_process)
     except RuntimeError as error:  # training could not go on (e.g. a non-finite loss)
-        print(f"heron: error: {error}", file=sys.stderr)
-        return 1
+        return _fail(str(error), 1, ending_process)
+    except OSError as error:  # read-only or full disk, a file where a directory should be, ...
+        return _fail(describe_os_error(error), 1, ending_process)
     except KeyboardInterrupt:
         print("heron: interrupted", file=sys.stderr)
         return 130
     print(json.dumps(summary), flush=True)
-    return 0
+    return 0 if summary.get("ok", True) else 1
 
 
 if __name__ == "__main__":

@@ -3,7 +3,11 @@
 A run directory holds ``metrics.jsonl``; its ``"kind": "eval"`` lines carry, per evaluation
 step, seed and policy temperature, the mean (and std) return over the evaluation episodes.
 ``plot_runs`` draws one line per (run, temperature): the mean over seeds at each step, with a
-band that shows the spread between seeds (or across episodes when the run has one seed).
+band that shows the spread between seeds (or across episodes when the run has one seed). Each
+run has one colour and each temperature one line style, with a legend for each; lines of more
+than ``MAX_MARKERS`` points have no markers, so long runs stay readable beside short ones. An
+offline run (its config.json has a ``dataset``) counts gradient updates, not environment
+steps, and the x-axis says so.
 
 Only numpy and matplotlib's Agg canvas are used, never pyplot or jax, so plotting is cheap to
 import and leaves a caller's pyplot state and backend untouched.
@@ -23,7 +27,8 @@ from matplotlib.figure import Figure
 
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.json"
-_LINESTYLES = ("-", "--", ":", "-.")
+MAX_MARKERS = 25  # a line with more points is drawn without markers
+_LINESTYLES = ("-", "--", ":", "-.", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)), (0, (1, 3)))
 
 
 class PlotError(ValueError):
@@ -123,15 +128,30 @@ def load_eval_records(run_dir: str) -> list[dict]:
     return records
 
 
-def run_label(run_dir: str) -> str:
-    """The folder name, with the algorithm and environment from config.json when readable."""
-    name = os.path.basename(os.path.normpath(os.path.abspath(run_dir)))
+def _read_config(run_dir: str) -> dict:
+    """config.json of ``run_dir`` as a dict; empty when missing or unreadable."""
     try:
         with open(os.path.join(run_dir, CONFIG_FILE)) as f:
             config = json.load(f)
     except (OSError, ValueError):
-        return name
-    if not isinstance(config, dict):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def is_offline(run_dir: str) -> bool:
+    """Whether ``run_dir`` trained from a dataset (its steps are gradient updates)."""
+    config = _read_config(run_dir)
+    run = config.get("run")
+    return config.get("dataset") is not None or (
+        isinstance(run, dict) and run.get("dataset") is not None
+    )
+
+
+def run_label(run_dir: str) -> str:
+    """The folder name, with the algorithm and environment from config.json when readable."""
+    name = os.path.basename(os.path.normpath(os.path.abspath(run_dir)))
+    config = _read_config(run_dir)
+    if not config:
         return name
     run = config.get("run")
     details = [config.get("algo"), run.get("env") if isinstance(run, dict) else None]
@@ -223,26 +243,66 @@ def _select(
     return selected
 
 
-def _draw(figure: Figure, runs: list[tuple[str, list[Curve]]]) -> None:
-    """Two panels sharing the return axis; a colour per run, a line style per temperature."""
+def _run_colors(count: int) -> list:
+    """One distinct colour per run: tab10, tab20, then evenly spaced viridis."""
+    from matplotlib import colormaps
+
+    if count <= 10:
+        return [f"C{i}" for i in range(count)]
+    if count <= 20:
+        return [colormaps["tab20"](i) for i in range(count)]
+    return [colormaps["viridis"](i / (count - 1)) for i in range(count)]
+
+
+def x_label(offline: Sequence[bool]) -> str:
+    """The step axis' label: environment steps, gradient updates (offline runs) or both."""
+    if all(offline):
+        return "gradient updates (offline)"
+    if any(offline):
+        return "environment steps (online runs) / gradient updates (offline runs)"
+    return "environment steps"
+
+
+def _draw(figure: Figure, runs: list[tuple[str, list[Curve]]], steps_label: str) -> None:
+    """Two panels sharing the return axis; a colour per run, a line style per temperature,
+    a legend for each."""
+    from matplotlib.lines import Line2D
+
     by_steps, by_wall = figure.subplots(1, 2, sharey=True)
-    colors = [f"C{i % 10}" for i in range(len(runs))]
+    colors = _run_colors(len(runs))
     temperatures = sorted({c.temperature for _, curves in runs for c in curves})
     styles = {t: _LINESTYLES[i % len(_LINESTYLES)] for i, t in enumerate(temperatures)}
     for color, (label, curves) in zip(colors, runs, strict=True):
         for curve in curves:
-            style = styles[curve.temperature]
             name = f"{label} T={_format_temperature(curve.temperature)}"
+            marker = "o" if curve.points <= MAX_MARKERS else None
             for axes, x in ((by_steps, curve.steps), (by_wall, curve.wall_s)):
-                axes.plot(x, curve.mean, style, color=color, marker="o", markersize=3, label=name)
+                axes.plot(
+                    x,
+                    curve.mean,
+                    linestyle=styles[curve.temperature],
+                    color=color,
+                    marker=marker,
+                    markersize=3,
+                    label=name,
+                )
                 band = np.isfinite(curve.low) & np.isfinite(curve.high)
                 axes.fill_between(x, curve.low, curve.high, where=band, color=color, alpha=0.15)
-    by_steps.set_xlabel("environment steps")
+    by_steps.set_xlabel(steps_label)
     by_wall.set_xlabel("wall-clock seconds")
     by_steps.set_ylabel("evaluation return")
     for axes in (by_steps, by_wall):
         axes.grid(True, alpha=0.3)
-    by_steps.legend(fontsize="small")
+    run_handles = [
+        Line2D([], [], color=color, label=label)
+        for color, (label, _) in zip(colors, runs, strict=True)
+    ]
+    style_handles = [
+        Line2D([], [], color="0.2", linestyle=styles[t], label=f"T={_format_temperature(t)}")
+        for t in temperatures
+    ]
+    by_steps.legend(handles=run_handles, fontsize="small", title="run")
+    by_wall.legend(handles=style_handles, fontsize="small", title="temperature")
     figure.suptitle("Evaluation return (mean over seeds; T=0 is greedy)")
 
 
@@ -268,11 +328,7 @@ def plot_runs(
     if not run_dirs:
         raise PlotError("no run dirs given")
     _check_out(out)
-    runs = [(run_label(d), aggregate_curves(load_eval_records(d))) for d in run_dirs]
-    runs = _select(runs, temperatures)
-    figure = Figure(figsize=(12, 4.5), dpi=100, layout="constrained")
-    FigureCanvasAgg(figure)
-    _draw(figure, runs)
+    figure, runs = plot_figure(run_dirs, temperatures)
     figure.savefig(out)
     curves = [c for _, run_curves in runs for c in run_curves]
     return {
@@ -281,3 +337,19 @@ def plot_runs(
         "lines": len(curves),
         "points": sum(c.points for c in curves),
     }
+
+
+def plot_figure(
+    run_dirs: Sequence[str], temperatures: Sequence[float] | None = None
+) -> tuple[Figure, list[tuple[str, list[Curve]]]]:
+    """The figure ``plot_runs`` saves, and the (label, curves) it draws per run."""
+    if isinstance(run_dirs, str):
+        run_dirs = [run_dirs]
+    if not run_dirs:
+        raise PlotError("no run dirs given")
+    runs = [(run_label(d), aggregate_curves(load_eval_records(d))) for d in run_dirs]
+    runs = _select(runs, temperatures)
+    figure = Figure(figsize=(12, 4.5), dpi=100, layout="constrained")
+    FigureCanvasAgg(figure)
+    _draw(figure, runs, x_label([is_offline(d) for d in run_dirs]))
+    return figure, runs

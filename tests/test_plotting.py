@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from heron.plotting import PlotError, aggregate_curves, load_eval_records, plot_runs, run_label
+from heron.plotting import (
+    PlotError,
+    aggregate_curves,
+    is_offline,
+    load_eval_records,
+    plot_figure,
+    plot_runs,
+    run_label,
+)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 STEPS = (1000, 2000, 3000, 4000)
@@ -261,3 +269,76 @@ def test_error_temperature_filter_matches_nothing(tmp_path, one_seed_run, three_
     assert "0.25, 2" in message
     assert "the runs have 0, 0.5, 1" in message
     assert not os.path.exists(out)
+
+
+# --------------------------------------------------------------------------- readability
+
+
+def long_run(path, evaluations=200, config=None):
+    """One seed, temperatures 1.0 and 0.0, ``evaluations`` evaluation steps."""
+    records = [
+        eval_line(1000 * (k + 1), 0, temperature, float(k))
+        for k in range(evaluations)
+        for temperature in (1.0, 0.0)
+    ]
+    return write_run(path, records, config)
+
+
+def lines_by_label(axes) -> dict:
+    return {line.get_label(): line for line in axes.get_lines()}
+
+
+def test_runs_of_different_lengths_stay_readable(tmp_path, one_seed_run):
+    """A colour per run, a line style per temperature, a legend for each, and no markers on
+    lines too long to carry them (they covered the 200-point line like a thick band)."""
+    long = long_run(tmp_path / "long")
+    figure, runs = plot_figure([one_seed_run, long])
+    by_steps, by_wall = figure.axes
+    lines = lines_by_label(by_steps)
+    short_label, long_label = runs[0][0], runs[1][0]
+    short = [lines[f"{short_label} T={t}"] for t in ("0", "0.5", "1")]
+    longer = [lines[f"{long_label} T={t}"] for t in ("0", "1")]
+    assert len({line.get_color() for line in short}) == 1
+    assert len({line.get_color() for line in longer}) == 1
+    assert short[0].get_color() != longer[0].get_color()
+    assert short[0].get_linestyle() == longer[0].get_linestyle()  # T=0 looks the same
+    assert short[2].get_linestyle() == longer[1].get_linestyle()  # and so does T=1
+    assert len({line.get_linestyle() for line in short}) == 3
+    assert all(line.get_marker() == "o" for line in short)  # 4 points: markers help
+    assert all(line.get_marker() in (None, "None", "") for line in longer)  # 200: none
+    run_legend, style_legend = by_steps.get_legend(), by_wall.get_legend()
+    assert [t.get_text() for t in run_legend.get_texts()] == [short_label, long_label]
+    assert [t.get_text() for t in style_legend.get_texts()] == ["T=0", "T=0.5", "T=1"]
+    assert by_steps.get_xlabel() == "environment steps"
+
+
+def test_more_runs_than_ten_keep_distinct_colours(tmp_path):
+    runs = [long_run(tmp_path / f"run{k}", evaluations=3) for k in range(12)]
+    figure, _ = plot_figure(runs, temperatures=[0.0])
+    colours = {
+        tuple(np.round(np.atleast_1d(line.get_color()), 6)) for line in figure.axes[0].get_lines()
+    }
+    assert len(colours) == 12
+
+
+@pytest.mark.parametrize(
+    "offline, label",
+    [
+        ((True,), "gradient updates (offline)"),
+        ((True, True), "gradient updates (offline)"),
+        ((False, True), "environment steps (online runs) / gradient updates (offline runs)"),
+        ((False,), "environment steps"),
+    ],
+)
+def test_offline_runs_count_gradient_updates(tmp_path, offline, label):
+    runs = []
+    for k, from_data in enumerate(offline):
+        config = {"algo": "crr", "run": {"env": "gymnax:Pendulum-v1"}}
+        if from_data:
+            config["dataset"] = {"episodes": 10, "steps": 2000}
+            config["run"]["dataset"] = "data/pendulum"
+        runs.append(long_run(tmp_path / f"run{k}", evaluations=3, config=config))
+    assert [is_offline(r) for r in runs] == list(offline)
+    figure, _ = plot_figure(runs)
+    assert figure.axes[0].get_xlabel() == label
+    assert figure.axes[1].get_xlabel() == "wall-clock seconds"

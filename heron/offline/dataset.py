@@ -18,9 +18,14 @@ use Minari's storage classes directly on that directory, never its dataset root 
 from __future__ import annotations
 
 import dataclasses
+import errno
+import hashlib
+import json
 import os
 import pathlib
 import re
+import shutil
+import tempfile
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -159,6 +164,33 @@ def _dataset_id(path: pathlib.Path) -> str:
     return f"heron/{name}-v0"
 
 
+def check_writable(path: str | os.PathLike) -> pathlib.Path:
+    """The absolute dataset directory ``path``, or DatasetError when a dataset cannot be written
+    there: it already holds one, it is a file, or its nearest existing parent is not a writable
+    directory. Cheap: call it before spending time on rollouts."""
+    from minari.dataset.minari_storage import METADATA_FILE_NAME
+
+    target = pathlib.Path(os.path.abspath(path))
+    metadata = target / METADATA_FILE_NAME
+    if metadata.exists():
+        try:
+            episodes = json.loads(metadata.read_text()).get("total_episodes")
+        except (OSError, ValueError, AttributeError):
+            episodes = None
+        leftover = " (an empty one, left by a failed write: remove it)" if episodes == 0 else ""
+        raise DatasetError(f"{str(path)!r} already holds a dataset{leftover}; choose another path")
+    if target.exists() and not target.is_dir():
+        raise DatasetError(f"{str(path)!r} exists and is not a directory")
+    parent = target.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise DatasetError(f"cannot write {str(path)!r}: {str(parent)!r} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise DatasetError(f"cannot write {str(path)!r}: {str(parent)!r} is not writable")
+    return target
+
+
 def write_dataset(
     path: str | os.PathLike,
     episodes: Sequence[Episode],
@@ -168,25 +200,58 @@ def write_dataset(
 ) -> None:
     """Writes ``episodes`` as a Minari (HDF5) dataset in the directory ``path``.
 
-    ``path`` must not hold a dataset already. ``metadata`` (JSON values) is stored beside
-    Minari's own keys. Arrays are stored as given: reading them back is exact.
+    ``path`` (relative or absolute) must not hold a dataset already. ``metadata`` (JSON
+    values) is stored beside Minari's own keys. Arrays are stored as given: reading them
+    back is exact. The dataset is written to a temporary directory beside ``path`` and moved
+    into place at the end, so a failed write leaves nothing behind.
     """
-    from minari import __version__ as minari_version
-    from minari.data_collector.episode_buffer import EpisodeBuffer
-    from minari.dataset.minari_storage import METADATA_FILE_NAME, MinariStorage
-
-    path = pathlib.Path(path)
-    if path.joinpath(METADATA_FILE_NAME).exists():
-        raise DatasetError(f"{str(path)!r} already holds a dataset; choose another path")
-    if path.exists() and not path.is_dir():
-        raise DatasetError(f"{str(path)!r} exists and is not a directory")
+    target = check_writable(path)
     if not episodes:
         raise DatasetError("refusing to write an empty dataset: no episodes")
     for index, episode in enumerate(episodes):
         _check_episode(episode, index)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _check_free_space(target, episodes)
+    staging = pathlib.Path(
+        tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+    )
+    try:
+        _write_minari(staging, target, episodes, observation_space, action_space, metadata)
+        _move_into_place(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def estimated_size(episodes: Sequence[Episode]) -> int:
+    """Bytes a dataset of ``episodes`` takes on disk, over-estimated: its arrays plus about
+    4 KB of HDF5 structure per array (measured: 2.2 MB for 100 CartPole episodes of 256 KB
+    of arrays; this says 5.0 MB)."""
+    arrays = sum(len(FIELDS) + len(e.extras) + 2 for e in episodes)  # + the episode groups
+    data = sum(np.asarray(a).nbytes for e in episodes for a in (*e[:5], *e.extras.values()))
+    return int(1.1 * data) + 4096 * arrays + (1 << 20)
+
+
+def _check_free_space(target: pathlib.Path, episodes: Sequence[Episode]) -> None:
+    """OSError (ENOSPC) when the disk cannot hold the dataset: HDF5 crashes the process
+    (a segmentation fault) when it runs out of space mid-write."""
+    needed = estimated_size(episodes)
+    free = shutil.disk_usage(target.parent).free
+    if free < needed:
+        raise OSError(
+            errno.ENOSPC,
+            f"No space left on device: the dataset needs about {needed / 1e6:.1f} MB, "
+            f"{free / 1e6:.1f} MB are free",
+            str(target),
+        )
+
+
+def _write_minari(staging, target, episodes, observation_space, action_space, metadata) -> None:
+    from minari import __version__ as minari_version
+    from minari.data_collector.episode_buffer import EpisodeBuffer
+    from minari.dataset.minari_storage import MinariStorage
+
     storage = MinariStorage.new(
-        path,
+        staging,
         observation_space=observation_space,
         action_space=action_space,
         data_format=DATA_FORMAT,
@@ -205,12 +270,52 @@ def write_dataset(
     )
     storage.update_metadata(
         {
-            "dataset_id": _dataset_id(path),
+            "dataset_id": _dataset_id(target),
             "minari_version": minari_version,
             "heron_extras": sorted(episodes[0].extras),
             **(metadata or {}),
         }
     )
+
+
+def _move_into_place(staging: pathlib.Path, target: pathlib.Path) -> None:
+    """Moves the finished dataset from ``staging`` to ``target``: one rename when ``target``
+    is new or an empty directory; otherwise file by file, metadata last (a directory without
+    metadata.json holds no dataset), undone on failure."""
+    from minari.dataset.minari_storage import METADATA_FILE_NAME
+
+    if not target.exists() or (target.is_dir() and not any(target.iterdir())):
+        os.replace(staging, target)
+        return
+    names = sorted(os.listdir(staging), key=lambda name: name == METADATA_FILE_NAME)
+    moved = []
+    try:
+        for name in names:
+            os.replace(staging / name, target / name)
+            moved.append(target / name)
+    except BaseException:
+        for done in moved:
+            done.unlink(missing_ok=True)
+        raise
+
+
+def content_hash(dataset: Dataset) -> str:
+    """SHA-256 (hex) of every episode's observations, actions, rewards, terminations,
+    truncations and infos (extras, by name), in episode order.
+
+    Each array enters with its field name, dtype and shape, then its raw bytes, so equal
+    hashes mean equal arrays (same values, dtypes, shapes and episode boundaries). One pass
+    over the bytes: about a second per GB.
+    """
+    digest = hashlib.sha256()
+    for episode in dataset.episodes:
+        arrays = list(zip(FIELDS, episode[:5], strict=True))
+        arrays += [(f"infos/{k}", episode.extras[k]) for k in sorted(episode.extras)]
+        for name, array in arrays:
+            array = np.ascontiguousarray(array)
+            digest.update(f"{name}|{array.dtype.str}|{array.shape};".encode())
+            digest.update(memoryview(array.reshape(-1).view(np.uint8)))
+    return digest.hexdigest()
 
 
 _MISSING = re.compile(r"object '([^']+)' doesn't exist")

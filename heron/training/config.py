@@ -60,6 +60,9 @@ class RunConfig:
     updates_per_iteration: int | None = integer(None, 1, optional=True)
     """With a dataset: gradient updates per iteration, the unit of the eval and save
     schedules (default 1000); refused without one."""
+    env_module: str | None = None
+    """Python module imported before the environment is made (e.g. mypkg.envs): its
+    gymnasium.register / heron.envs.register calls make its ids available."""
 
     def __post_init__(self):
         validate(self, "")

@@ -7,6 +7,7 @@ import math
 import os
 import sys
 import time
+from typing import Any
 
 import numpy as np
 
@@ -20,31 +21,51 @@ def _jsonable(value):
 
 
 class RunLogger:
-    """Writes metrics.jsonl and TensorBoard scalars; reports progress on stderr."""
+    """Writes metrics.jsonl and TensorBoard scalars; reports progress on stderr.
 
-    def __init__(self, run_dir: str, total_steps: int, tensorboard: bool = True):
+    TensorBoard events go to ``tb/``; a run of several seeds writes each seed's to
+    ``tb/seed_<k>/`` with the same tags, so TensorBoard draws one curve per seed (one writer
+    for all would interleave the seeds into one zig-zag curve). ``seeds`` is the run's number
+    of seeds (default: config.json's ``run.seeds``, else 1).
+    """
+
+    def __init__(
+        self, run_dir: str, total_steps: int, tensorboard: bool = True, seeds: int | None = None
+    ):
         self._file = open(os.path.join(run_dir, "metrics.jsonl"), "a", buffering=1)
-        self._writer = None
-        if tensorboard:
+        self._tb_dir = os.path.join(run_dir, "tb") if tensorboard else None
+        self._per_seed = (configured_seeds(run_dir) if seeds is None else seeds) > 1
+        self._writers: dict[str, Any] = {}
+        if self._tb_dir is not None and not self._per_seed:
+            self._writer(None)
+        self._progress = Progress(total_steps)
+
+    def _writer(self, seed):
+        """The TensorBoard writer of ``seed`` (the run's one writer unless per seed)."""
+        name = f"seed_{seed}" if self._per_seed and seed is not None else ""
+        if name not in self._writers:
             from tensorboardX import SummaryWriter
 
-            self._writer = SummaryWriter(os.path.join(run_dir, "tb"))
-        self._progress = Progress(total_steps)
+            self._writers[name] = SummaryWriter(os.path.join(self._tb_dir, name))
+        return self._writers[name]
 
     def write(self, record: dict) -> None:
         record = {key: _jsonable(value) for key, value in record.items()}
-        self._file.write(json.dumps(record) + "\n")
-        if self._writer is None:
+        try:
+            self._file.write(json.dumps(record) + "\n")
+        except OSError as error:  # a full disk: name the file
+            raise OSError(error.errno, error.strerror, self._file.name) from error
+        if self._tb_dir is None or record.get("kind") not in ("train", "eval"):
             return
-        step = record["step"]
-        if record.get("kind") == "eval":
+        writer, step = self._writer(record.get("seed")), record["step"]
+        if record["kind"] == "eval":
             tag = f"eval/return_mean/temperature_{record['temperature']}"
             if record.get("return_mean") is not None:
-                self._writer.add_scalar(tag, record["return_mean"], step)
+                writer.add_scalar(tag, record["return_mean"], step)
             return
         for key, value in record.items():
             if key not in ("kind", "step", "seed") and isinstance(value, (int, float)):
-                self._writer.add_scalar(key if "/" in key else f"train/{key}", value, step)
+                writer.add_scalar(key if "/" in key else f"train/{key}", value, step)
 
     def progress(self, steps: int, steps_per_s: float, latest_return, greedy_return) -> None:
         self._progress.update(steps, steps_per_s, latest_return, greedy_return)
@@ -52,8 +73,18 @@ class RunLogger:
     def close(self) -> None:
         self._progress.close()
         self._file.close()
-        if self._writer is not None:
-            self._writer.close()
+        for writer in self._writers.values():
+            writer.close()
+
+
+def configured_seeds(run_dir: str) -> int:
+    """``run.seeds`` of ``run_dir``'s config.json; 1 when it has none (or is unreadable)."""
+    try:
+        with open(os.path.join(run_dir, "config.json")) as f:
+            seeds = json.load(f)["run"]["seeds"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return 1
+    return seeds if isinstance(seeds, int) and seeds >= 1 else 1
 
 
 class Progress:
