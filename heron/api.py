@@ -23,7 +23,13 @@ from heron.agents.base import Agent
 from heron.configs import ConfigError
 from heron.envs.wrappers import ObservationPipeline
 from heron.offline import collect as collecting
-from heron.offline.dataset import check_writable, gym_spaces, read_dataset, write_dataset
+from heron.offline.dataset import (
+    check_writable,
+    content_hash,
+    gym_spaces,
+    read_dataset,
+    write_dataset,
+)
 from heron.offline.source import DatasetSource
 from heron.training import checkpoints, driver, rundir
 from heron.training.config import RunConfig
@@ -56,6 +62,7 @@ def build(algo: str, agent_config=None, run: RunConfig | None = None) -> Setup:
     config_type = agents.config_class(algo)  # an unknown algorithm: a clear error first
     agent_config = config_type() if agent_config is None else agent_config
     run = RunConfig() if run is None else run
+    envs.import_env_module(run.env_module)  # its registrations make the env id resolve
     if run.dataset is not None:
         return _build_offline(algo, agent_config, run)
     env = envs.make(run.env, run.num_envs, run.max_timestep)
@@ -93,7 +100,7 @@ def _build_offline(algo: str, agent_config, run: RunConfig) -> Setup:
     source = DatasetSource(dataset, pipeline, updates, run.env)
     replay = agent.make_replay(source.lanes, "uniform", **source.replay_sizes)
     evaluate = _evaluation(agent, run, pipeline)
-    record = {"dataset": dataset.summary()}
+    record = {"dataset": {**dataset.summary(), "content_sha256": content_hash(dataset)}}
     return driver.make_setup(algo, agent_config, run, agent, replay, source, evaluate, record)
 
 

@@ -25,6 +25,7 @@ from heron.offline import (
     to_steps,
     write_dataset,
 )
+from heron.offline.dataset import content_hash
 from heron.offline.source import DatasetSource
 from heron.training import RunConfig
 from heron.training.driver import seed_keys
@@ -147,6 +148,7 @@ def test_loading_fills_one_replay_lane_with_scaled_rewards(tmp_path):
         "steps": 12,
         "return_mean": pytest.approx(float(np.mean([e.rewards.sum() for e in episodes]))),
         "return_std": pytest.approx(float(np.std([e.rewards.sum() for e in episodes]))),
+        "content_sha256": content_hash(read_dataset(tmp_path / "data")),
     }
 
 
@@ -421,6 +423,35 @@ def test_offline_training_evaluates_saves_and_resumes_exactly(counting_run, tmp_
     evaluation = main(["eval", str(tmp_path / "whole"), "--episodes", "2"])
     assert evaluation == 0
     assert json.loads(capsys.readouterr().out)["params_digest"] == whole["params_digest"]
+
+
+def test_resume_refuses_a_dataset_whose_content_changed(counting_run, tmp_path):
+    """Same episodes, steps and returns, one action different: the content hash tells."""
+    data = tmp_path / "data"
+    assert main(["collect", str(counting_run), "--episodes", "10", "--out", str(data)]) == 0
+    run = RunConfig(
+        env="heron:Counting-v0", dataset=str(data), steps=40, updates_per_iteration=10, n_evals=2
+    )
+    api_train_until(run, tmp_path / "run", steps=20)
+    dataset = read_dataset(data)
+    first = dataset.episodes[0]
+    changed = first._replace(observations=first.observations + 0.5)
+    import shutil
+
+    shutil.rmtree(data)
+    write_dataset(
+        data,
+        [changed, *dataset.episodes[1:]],
+        dataset.observation_space,
+        dataset.action_space,
+    )
+    assert read_dataset(data).summary() == dataset.summary()  # counts and returns agree
+    with pytest.raises(ValueError, match="changed since"):
+        resume(str(tmp_path / "run"))
+
+
+def api_train_until(run, run_dir, steps):
+    train(build("crr", TINY_CRR, dataclass_replace(run, steps=steps)), str(run_dir))
 
 
 def dataclass_replace(config, **changes):

@@ -112,7 +112,9 @@ class _Loop:
         self.train_time, self.timed_steps = 0.0, 0
         self.latest_return = math.nan  # mean return of the latest episodes to end
         self.checkpointer = checkpoints.Checkpointer(run_dir, run.keep_checkpoints)
-        self.logger = RunLogger(run_dir, setup.iterations * setup.steps_per_iteration)
+        self.logger = RunLogger(
+            run_dir, setup.iterations * setup.steps_per_iteration, seeds=run.seeds
+        )
 
     def wall(self) -> float:
         return time.monotonic() - self.start
