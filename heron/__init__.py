@@ -39,5 +39,5 @@ def __getattr__(name):
     if name in _API:
         return getattr(importlib.import_module("heron.api"), name)
     if name == "RunConfig":
-        return importlib.import_module("heron.training.config").RunConfig
+        return importlib.import_module("heron.run_config").RunConfig
     raise AttributeError(f"module 'heron' has no attribute {name!r}")

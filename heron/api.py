@@ -31,8 +31,8 @@ from heron.offline.dataset import (
     write_dataset,
 )
 from heron.offline.source import DatasetSource
+from heron.run_config import RunConfig
 from heron.training import checkpoints, driver, rundir
-from heron.training.config import RunConfig
 from heron.training.driver import Setup, TrainingError, seed_keys
 from heron.training.evaluation import make_evaluate
 from heron.training.program import SEED_AXIS
@@ -149,20 +149,22 @@ def _check_same_dataset(run_dir: str, setup: Setup) -> None:
         )
 
 
-def load_run(run_dir: str, **run_changes):
-    """(setup, program, state, checkpoint) of the latest checkpoint of ``run_dir``, its run
-    configuration changed by ``run_changes`` (e.g. ``n_evals``); states carry the seed axis."""
+def load_run(run_dir: str, best: bool = False, **run_changes):
+    """(setup, program, state, checkpoint) of the latest checkpoint of ``run_dir`` (``best``:
+    of its best greedy evaluation), its run configuration changed by ``run_changes`` (e.g.
+    ``n_evals``); states carry the seed axis."""
     algo, agent_config, run = load_config(run_dir)
     setup = build(algo, agent_config, dataclasses.replace(run, **run_changes))
-    program, state, step = driver.restore(setup, run_dir)
+    kind = checkpoints.BEST if best else checkpoints.LATEST
+    program, state, step = driver.restore(setup, run_dir, kind)
     return setup, program, state, step
 
 
-def evaluate_run(run_dir: str, episodes: int, temperature: float) -> dict:
-    """Evaluates the latest checkpoint of ``run_dir``; returns the JSON line's fields (with
-    several seeds: the mean over seeds, and ``per_seed``)."""
+def evaluate_run(run_dir: str, episodes: int, temperature: float, best: bool = False) -> dict:
+    """Evaluates the latest checkpoint of ``run_dir`` (``best``: the best one); returns the
+    JSON line's fields (with several seeds: the mean over seeds, and ``per_seed``)."""
     setup, program, state, step = load_run(
-        run_dir, n_evals=episodes, eval_temperatures=(temperature,), separate_eval=True
+        run_dir, best, n_evals=episodes, eval_temperatures=(temperature,), separate_eval=True
     )
     run = setup.run
     returns = np.asarray(program.evaluate(state, seed_keys(setup.seeds, 2)))[:, 0]
@@ -171,6 +173,7 @@ def evaluate_run(run_dir: str, episodes: int, temperature: float) -> dict:
     result = {
         "run_dir": run_dir,
         "checkpoint": step,
+        "best": best,
         "steps": step * setup.steps_per_iteration,
         "temperature": temperature,
         "return_mean": float(returns.mean()),
@@ -198,9 +201,11 @@ def collect(
     temperature: float | None = None,
     epsilon: float = 0.0,
     seed: int = 0,
+    best: bool = False,
 ) -> dict:
-    """Rolls out the latest checkpoint of ``run_dir`` for ``episodes`` episodes and writes
-    them as a Minari dataset at ``out``; returns the JSON line's fields."""
+    """Rolls out the latest checkpoint of ``run_dir`` (``best``: the best one) for
+    ``episodes`` episodes and writes them as a Minari dataset at ``out``; returns the JSON
+    line's fields."""
     if episodes <= 0:
         raise collecting.CollectError(f"episodes must be > 0, got {episodes}")
     if temperature is not None and not 0 <= temperature < float("inf"):
@@ -208,7 +213,7 @@ def collect(
     if not 0.0 <= epsilon <= 1.0:
         raise collecting.CollectError(f"epsilon must be in [0, 1], got {epsilon}")
     check_writable(out)  # before the rollouts, not after
-    setup, _, state, checkpoint = load_run(run_dir)
+    setup, _, state, checkpoint = load_run(run_dir, best)
     run, pipeline = setup.run, setup.source.pipeline
     first_seed = jax.tree.map(lambda x: x[0], state)
     agent_state = first_seed.agent_state

@@ -265,6 +265,8 @@ class EvalArgs:
     """Evaluation episodes."""
     temperature: float = 0.0
     """Sampling temperature; 0 is greedy."""
+    best: bool = False
+    """Evaluate the checkpoint of the best greedy evaluation instead of the latest."""
 
 
 def cmd_eval(argv: list[str]) -> dict:
@@ -277,7 +279,7 @@ def cmd_eval(argv: list[str]) -> dict:
     configure_compile_cache()
     from heron import api
 
-    return api.evaluate_run(args.run_dir, args.episodes, args.temperature)
+    return api.evaluate_run(args.run_dir, args.episodes, args.temperature, best=args.best)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -315,6 +317,8 @@ class CollectArgs:
     """Probability of a uniformly random action at each step."""
     seed: int = 0
     """Random seed of the rollouts."""
+    best: bool = False
+    """Roll out the checkpoint of the best greedy evaluation instead of the latest."""
 
 
 def cmd_collect(argv: list[str]) -> dict:
@@ -326,7 +330,13 @@ def cmd_collect(argv: list[str]) -> dict:
     from heron import api
 
     return api.collect(
-        args.run_dir, args.episodes, args.out, args.temperature, args.epsilon, args.seed
+        args.run_dir,
+        args.episodes,
+        args.out,
+        args.temperature,
+        args.epsilon,
+        args.seed,
+        best=args.best,
     )
 
 
@@ -432,7 +442,11 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(error), 1, ending_process)
     except OSError as error:  # read-only or full disk, a file where a directory should be, ...
         return _fail(describe_os_error(error), 1, ending_process)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
+        number = getattr(interrupt, "signal_number", None)  # a run that saved, then stopped
+        if number is not None:
+            print(f"heron: stopped: {interrupt}", file=sys.stderr)
+            return 128 + number
         print("heron: interrupted", file=sys.stderr)
         return 130
     print(json.dumps(summary), flush=True)

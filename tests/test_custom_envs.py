@@ -24,7 +24,7 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 SMALL = [
     "--steps", "128", "--num-envs", "4", "--n-evals", "2", "--eval-every-n", "1",
     "--save-every-n", "1", "--done-frac-for-policy-save", "0",
-    "--ppo.unroll-length", "16", "--ppo.optimizer-batch-size", "32",
+    "--ppo.unroll-length", "16", "--ppo.batch-size", "32",
 ]  # fmt: skip
 
 

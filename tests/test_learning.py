@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from heron.agents import PPOConfig
-from heron.training import RunConfig, build, train
+from heron.agents import NetworkConfig, PPOConfig
+from heron.api import build, train
+from heron.training import RunConfig
 
 
 def _greedy_evals(run_dir):
@@ -35,7 +36,9 @@ def test_recurrent_ppo_remembers_what_masked_cartpole_hides(tmp_path):
     """Masked CartPole hides the velocities: an LSTM policy recovers them from its memory,
     a feed-forward one cannot (seed 0, same budget; the issue asks for >= 400 within 1M)."""
     run = RunConfig(env="heron:CartPole-masked-v1", steps=300_000, seed=0, eval_every_n=10)
-    recurrent = PPOConfig(core="lstm", use_rollout_state=True, mini_batch_length=16)
+    recurrent = PPOConfig(
+        network=NetworkConfig(core="lstm"), use_rollout_state=True, sequence_length=16, batch_size=16
+    )
     lstm = train(build("ppo", recurrent, run), str(tmp_path / "lstm"))
     feed_forward = train(build("ppo", PPOConfig(), run), str(tmp_path / "ff"))
     assert lstm["best_eval_return"] >= 400, _greedy_evals(tmp_path / "lstm")

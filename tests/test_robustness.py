@@ -32,7 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = [
     "--steps", "128", "--num-envs", "4", "--n-evals", "2", "--eval-every-n", "1",
     "--eval-temperatures", "0", "--save-every-n", "1", "--done-frac-for-policy-save", "0",
-    "--ppo.unroll-length", "16", "--ppo.optimizer-batch-size", "32",
+    "--ppo.unroll-length", "16", "--ppo.batch-size", "32",
 ]  # fmt: skip
 
 
@@ -330,7 +330,7 @@ def test_a_changed_shape_is_still_named_as_such(tiny_run, tmp_path, capsys):
 
 def test_restore_of_a_named_step(tiny_run, tmp_path):
     run_dir = copy_run(tiny_run, tmp_path)
-    from heron.training.evaluate_run import load_run
+    from heron.api import load_run
 
     _, _, template, latest = load_run(run_dir)
     assert latest == 2

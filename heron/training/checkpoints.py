@@ -22,6 +22,9 @@ import jax
 import orbax.checkpoint as ocp
 
 DIGEST_FILE = "heron_sha256.json"
+CONFIG_FILE = "heron_config.json"  # the run's config.json as it was when the step was saved
+LATEST = "checkpoints"  # the last few checkpoints
+BEST = "best"  # the checkpoint of the best greedy evaluation
 ITEM = "default"  # orbax's folder for the one item of a checkpoint
 UNREADABLE_DIR = "checkpoints_unreadable"  # beside checkpoints/, outside orbax's folder
 
@@ -48,11 +51,13 @@ def _quiet_orbax():
         logger.setLevel(level)
 
 
-def _folder(run_dir: str) -> str:
-    return os.path.abspath(os.path.join(run_dir, "checkpoints"))
+def _folder(run_dir: str, kind: str = LATEST) -> str:
+    return os.path.abspath(os.path.join(run_dir, kind))
 
 
-def _manager(run_dir: str, keep: int = 3, writer: bool = False) -> ocp.CheckpointManager:
+def _manager(
+    run_dir: str, keep: int = 3, writer: bool = False, kind: str = LATEST
+) -> ocp.CheckpointManager:
     """orbax's manager of ``run_dir/checkpoints``; a ``writer`` also removes the temporary
     folders of saves that never finished (a killed process, a full disk)."""
     options = ocp.CheckpointManagerOptions(
@@ -62,7 +67,7 @@ def _manager(run_dir: str, keep: int = 3, writer: bool = False) -> ocp.Checkpoin
         cleanup_tmp_directories=writer,
     )
     return ocp.CheckpointManager(
-        _folder(run_dir), options=options, item_handlers=ocp.StandardCheckpointHandler()
+        _folder(run_dir, kind), options=options, item_handlers=ocp.StandardCheckpointHandler()
     )
 
 
@@ -91,11 +96,11 @@ def _write_digest(step_dir: str) -> None:
     os.replace(temporary, os.path.join(step_dir, DIGEST_FILE))
 
 
-def verify(run_dir: str, step: int) -> str | None:
+def verify(run_dir: str, step: int, kind: str = LATEST) -> str | None:
     """Why checkpoint ``step`` is damaged (no item folder, a missing, extra or altered file),
     or None when its files are those recorded at save time (or it predates digests: then
     orbax decides)."""
-    step_dir = os.path.join(_folder(run_dir), str(step))
+    step_dir = os.path.join(_folder(run_dir, kind), str(step))
     if not os.path.isfile(os.path.join(step_dir, ITEM, "_METADATA")):
         return f"its folder has no {ITEM}/_METADATA (an incomplete write or copy)"
     path = os.path.join(step_dir, DIGEST_FILE)
@@ -121,14 +126,15 @@ def verify(run_dir: str, step: int) -> str | None:
 class Checkpointer:
     """Saves a run's state every so often; keeps the last ``keep`` checkpoints."""
 
-    def __init__(self, run_dir: str, keep: int = 3):
-        self._run_dir = run_dir
+    def __init__(self, run_dir: str, keep: int = 3, kind: str = LATEST):
+        self._run_dir, self._kind = run_dir, kind
         with _quiet_orbax():
-            self._manager = _manager(run_dir, keep, writer=True)
+            self._manager = _manager(run_dir, keep, writer=True, kind=kind)
 
-    def save(self, step: int, state) -> None:
-        """Saves ``state`` as checkpoint ``step``. A folder already there for ``step`` (one
-        ``restore`` skipped as unreadable) is moved to ``checkpoints_unreadable/`` first."""
+    def save(self, step: int, state, record: dict | None = None) -> None:
+        """Saves ``state`` as checkpoint ``step``, with the run's config ``record`` beside it.
+        A folder already there for ``step`` (one ``restore`` skipped as unreadable) is moved
+        to ``checkpoints_unreadable/`` first."""
         with _quiet_orbax():
             if step in self._manager.all_steps():
                 self._set_aside(step)
@@ -138,12 +144,16 @@ class Checkpointer:
                 self._manager.wait_until_finished()
             except Exception as error:  # tensorstore reports OS errors as ValueError
                 self._remove_partial(step)
-                raise _write_error(error, _folder(self._run_dir), step) from error
-        _write_digest(os.path.join(_folder(self._run_dir), str(step)))
+                raise _write_error(error, _folder(self._run_dir, self._kind), step) from error
+        step_dir = os.path.join(_folder(self._run_dir, self._kind), str(step))
+        if record is not None:
+            with open(os.path.join(step_dir, CONFIG_FILE), "w") as f:
+                json.dump(record, f, indent=1)
+        _write_digest(step_dir)
 
     def _remove_partial(self, step: int) -> None:
         """Removes orbax's temporary folder of a failed save (it may hold most of a disk)."""
-        folder = _folder(self._run_dir)
+        folder = _folder(self._run_dir, self._kind)
         for name in os.listdir(folder):
             if name.startswith(f"{step}.orbax-checkpoint-tmp"):
                 shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
@@ -155,7 +165,8 @@ class Checkpointer:
         while os.path.exists(os.path.join(aside, name)):
             count += 1
             name = f"{step}.{count}"
-        shutil.move(os.path.join(_folder(self._run_dir), str(step)), os.path.join(aside, name))
+        source = os.path.join(_folder(self._run_dir, self._kind), str(step))
+        shutil.move(source, os.path.join(aside, name))
 
     def close(self):
         self._manager.close()
@@ -176,21 +187,21 @@ def _write_error(error: Exception, folder: str, step: int) -> Exception:
     return OSError(code, reason, folder)
 
 
-def all_steps(run_dir: str) -> list[int]:
+def all_steps(run_dir: str, kind: str = LATEST) -> list[int]:
     """The checkpoint steps of ``run_dir``, ascending (readable or not)."""
-    if not os.path.isdir(_folder(run_dir)):
+    if not os.path.isdir(_folder(run_dir, kind)):
         return []
     with _quiet_orbax():
-        manager = _manager(run_dir)
+        manager = _manager(run_dir, kind=kind)
         try:
             return sorted(manager.all_steps())
         finally:
             manager.close()
 
 
-def latest_step(run_dir: str) -> int | None:
+def latest_step(run_dir: str, kind: str = LATEST) -> int | None:
     """The newest checkpoint step of ``run_dir`` (readable or not), or None."""
-    steps = all_steps(run_dir)
+    steps = all_steps(run_dir, kind)
     return steps[-1] if steps else None
 
 
@@ -237,8 +248,8 @@ def _mismatch(manager, step: int, abstract) -> str | None:
     return None
 
 
-def _restore_one(manager, run_dir: str, step: int, abstract):
-    damage = verify(run_dir, step)
+def _restore_one(manager, run_dir: str, step: int, abstract, kind: str = LATEST):
+    damage = verify(run_dir, step, kind)
     if damage is not None:
         raise _Unreadable(damage)
     mismatch = _mismatch(manager, step, abstract)
@@ -276,28 +287,38 @@ def _warn(message: str) -> None:
     print(f"heron: warning: {message}", file=sys.stderr, flush=True)
 
 
-def restore(run_dir: str, template, step: int | None = None):
+def recorded_config(run_dir: str, step: int, kind: str = LATEST) -> dict | None:
+    """The config record saved with checkpoint ``step`` (None for checkpoints without one)."""
+    path = os.path.join(_folder(run_dir, kind), str(step), CONFIG_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def restore(run_dir: str, template, step: int | None = None, kind: str = LATEST):
     """(state, step): checkpoint ``step`` of ``run_dir`` restored into ``template``'s
     structure. Without ``step``: the newest readable checkpoint; each newer one skipped as
     unreadable gets a warning line on stderr. CheckpointError (one line) when there is no
     checkpoint, none is readable, ``step`` is unreadable, or a checkpoint does not fit the
     template (the run's config changed shape)."""
-    steps = all_steps(run_dir)
+    steps = all_steps(run_dir, kind)
+    folder = _folder(run_dir, kind)
     if not steps:
-        raise CheckpointError(f"no checkpoint in {_folder(run_dir)!r}")
+        raise CheckpointError(f"no checkpoint in {folder!r}")
     if step is not None and step not in steps:
         raise CheckpointError(
-            f"no checkpoint {step} in {_folder(run_dir)!r}; it holds {', '.join(map(str, steps))}"
+            f"no checkpoint {step} in {folder!r}; it holds {', '.join(map(str, steps))}"
         )
     candidates = [step] if step is not None else sorted(steps, reverse=True)
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, template)
     skipped: list[tuple[int, str]] = []
     with _quiet_orbax():
-        manager = _manager(run_dir)
+        manager = _manager(run_dir, kind=kind)
         try:
             for candidate in candidates:
                 try:
-                    state = _restore_one(manager, run_dir, candidate, abstract)
+                    state = _restore_one(manager, run_dir, candidate, abstract, kind)
                 except _Unreadable as problem:
                     skipped.append((candidate, str(problem)))
                     continue
@@ -312,4 +333,4 @@ def restore(run_dir: str, template, step: int | None = None):
     if step is not None:
         raise CheckpointError(f"checkpoint {step} in {run_dir!r} is unreadable: {skipped[0][1]}")
     reasons = "; ".join(f"{bad}: {why}" for bad, why in skipped)
-    raise CheckpointError(f"no readable checkpoint in {_folder(run_dir)!r} ({reasons})")
+    raise CheckpointError(f"no readable checkpoint in {folder!r} ({reasons})")

@@ -1,11 +1,11 @@
 """The training driver: when to collect, learn, evaluate, save and log, for any agent and
 any source of experience.
 
-    setup = make_setup("ppo", config, run, agent, replay, source, evaluate)
-    summary = train(setup, "runs/cartpole")        # the final JSON line's fields
-    summary = continue_run(setup, "runs/cartpole")   # from its latest checkpoint
+    setup = make_setup(algo, config, run, agent, replay, source, evaluate)
+    summary = train(setup, "runs/example")         # the final JSON line's fields
+    summary = continue_run(setup, "runs/example")    # from its latest checkpoint
 
-(``heron.api`` builds setups from a RunConfig: environments, datasets or Ray actors.)
+(``heron.api`` builds setups from a RunConfig, choosing the source of experience.)
 Each iteration the compiled program collects from the source, adds to the replay and lets
 the agent learn (see ``program.py``); evaluation, logging and checkpoints follow on their
 schedules. ``seeds`` independent runs share one compiled program.
@@ -13,10 +13,14 @@ schedules. ``seeds`` independent runs share one compiled program.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from typing import Any
 
@@ -25,15 +29,28 @@ import numpy as np
 
 from heron.agents.base import Agent
 from heron.configs import ConfigError
+from heron.run_config import RunConfig
 from heron.training import checkpoints, rundir
-from heron.training.config import RunConfig
 from heron.training.logging import RunLogger
-from heron.training.program import Program, TrainState, make_program
+from heron.training.program import NON_FINITE, Program, TrainState, make_program
 from heron.training.sources import Source
 
 
 class TrainingError(RuntimeError):
     """Training cannot go on (e.g. a non-finite loss); the last good checkpoint is kept."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM stopped a run after it saved a checkpoint of its last iteration."""
+
+    def __init__(self, message: str, signal_number: int):
+        super().__init__(message)
+        self.signal_number = signal_number
+
+
+# What ``--resume`` may change; any other difference from the config recorded with the
+# checkpoint is refused.
+RESUMABLE_CHANGES = ("run.steps", "heron_version")
 
 
 @dataclasses.dataclass
@@ -112,6 +129,9 @@ class _Loop:
         self.train_time, self.timed_steps = 0.0, 0
         self.latest_return = math.nan  # mean return of the latest episodes to end
         self.checkpointer = checkpoints.Checkpointer(run_dir, run.keep_checkpoints)
+        self.best_checkpointer = checkpoints.Checkpointer(run_dir, 1, kind=checkpoints.BEST)
+        self.stop_signal: int | None = None
+        self.saved_iteration: int | None = None
         self.logger = RunLogger(
             run_dir, setup.iterations * setup.steps_per_iteration, seeds=run.seeds
         )
@@ -124,41 +144,99 @@ class _Loop:
         return jax.device_get(episodes(state.source_state))
 
     def run(self, state: TrainState) -> TrainState:
-        setup, run = self.setup, self.setup.run
         first = int(state.iteration[0])
         stats = self.episodes(state)
         self.logged = (stats.completed, stats.return_sum, stats.return_sq_sum)
         self.evaluated = self.logged
         self.saved_completed = int(np.sum(stats.completed))
+        self.best = max((float(np.mean(g)) for g in self.greedy_history), default=-math.inf)
         try:
-            for i in range(first, setup.iterations):
-                tick = time.monotonic()
-                state, metrics = self.program.iteration(state)
-                metrics = jax.device_get(metrics)
-                stats = self.episodes(state)
-                if i > first:  # the first iteration of a process includes compilation
-                    self.train_time += time.monotonic() - tick
-                    self.timed_steps += setup.steps_per_iteration * run.seeds
-                steps = (i + 1) * setup.steps_per_iteration
-                self._check_finite(metrics, steps)
-                self._log_train(i + 1, steps, metrics, stats)
-                last = i + 1 == setup.iterations
-                if (i + 1) % run.eval_every_n == 0 or last:
-                    self._evaluate(state, i, steps, stats)
-                self._maybe_save(i + 1, state, stats, last)
-                self._progress(steps)
+            with self._stop_on_signals():
+                for i in range(first, self.setup.iterations):
+                    state = self._iteration(state, i, first)
+                    if self.stop_signal is not None:
+                        self._stop(i + 1, state)
         finally:
             self.logger.close()
             self.checkpointer.close()
+            self.best_checkpointer.close()
         return state
 
-    def _check_finite(self, metrics: dict, steps: int) -> None:
+    def _iteration(self, state: TrainState, i: int, first: int) -> TrainState:
+        setup, run = self.setup, self.setup.run
+        tick = time.monotonic()
+        state, metrics = self.program.iteration(state)
+        metrics = jax.device_get(metrics)
+        stats = self.episodes(state)
+        if i > first:  # the first iteration of a process includes compilation
+            self.train_time += time.monotonic() - tick
+            self.timed_steps += setup.steps_per_iteration * run.seeds
+        steps = (i + 1) * setup.steps_per_iteration
+        inputs = {k: v for k, v in metrics.items() if k.startswith(NON_FINITE)}
+        metrics = {k: v for k, v in metrics.items() if not k.startswith(NON_FINITE)}
+        self._check_finite(metrics, inputs, steps)
+        self._log_train(i + 1, steps, metrics, stats)
+        last = i + 1 == setup.iterations
+        if (i + 1) % run.eval_every_n == 0 or last:
+            self._evaluate(state, i, steps, stats)
+        self._maybe_save(i + 1, state, stats, last)
+        self._progress(steps)
+        return state
+
+    @contextlib.contextmanager
+    def _stop_on_signals(self):
+        """SIGINT and SIGTERM let the iteration under way finish, then save and stop; a
+        second one stops at once."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def request_stop(number, frame):
+            if self.stop_signal is not None:
+                raise KeyboardInterrupt
+            self.stop_signal = number
+
+        previous = {n: signal.signal(n, request_stop) for n in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+
+    def _stop(self, iteration: int, state: TrainState) -> None:
+        steps = iteration * self.setup.steps_per_iteration
+        if self.saved_iteration != iteration:
+            self._save(iteration, state)
+        name = signal.Signals(self.stop_signal).name
+        self.logger.write(
+            {"kind": "note", "step": steps, "wall_s": self.wall(), "message": f"stopped by {name}"}
+        )
+        raise RunInterrupted(
+            f"{name} at step {steps}: checkpoint {iteration} saved; continue with "
+            f"`heron train --resume {self.run_dir}`",
+            self.stop_signal,
+        )
+
+    def _check_finite(self, metrics: dict, inputs: dict, steps: int) -> None:
         bad = [k for k, v in metrics.items() if not np.all(np.isfinite(v))]
-        if bad:
-            raise TrainingError(
-                f"non-finite {', '.join(bad)} at step {steps}; training stopped, the last good "
-                f"checkpoint in {os.path.join(self.run_dir, 'checkpoints')!r} is kept"
-            )
+        if not bad:
+            return
+        sources = [k.removeprefix(NON_FINITE) for k, v in inputs.items() if np.any(v > 0)]
+        where = (
+            f"the environment produced non-finite {' and '.join(sources)}"
+            if sources
+            else "the learner's, from finite observations and rewards"
+        )
+        saved = checkpoints.latest_step(self.run_dir)
+        kept = (
+            f"the last good checkpoint ({saved}) in {self.run_dir!r} is kept"
+            if saved is not None
+            else f"no checkpoint was written yet: `heron train --resume {self.run_dir}` "
+            "starts it again"
+        )
+        raise TrainingError(
+            f"non-finite {', '.join(bad)} at step {steps} ({where}); training stopped, {kept}"
+        )
 
     @staticmethod
     def _episode_summary(stats, since):
@@ -223,16 +301,22 @@ class _Loop:
                     }
                 )
         self.greedy_history.append(greedy)
+        mean = float(np.mean(greedy))
+        if math.isfinite(mean) and mean > self.best:  # SB3's best model: the best greedy eval
+            self.best = mean
+            self.best_checkpointer.save(index + 1, state, self.setup.record)
+
+    def _save(self, iteration: int, state: TrainState) -> None:
+        self.checkpointer.save(iteration, state, self.setup.record)
+        self.saved_iteration = iteration
 
     def _maybe_save(self, iteration: int, state: TrainState, stats, last: bool) -> None:
         run = self.setup.run
         completed = int(np.sum(stats.completed))
         episodes_needed = run.done_frac_for_policy_save * self.setup.source.num_envs * run.seeds
-        if last or (
-            iteration % run.save_every_n == 0
-            and completed - self.saved_completed >= episodes_needed
-        ):
-            self.checkpointer.save(iteration, state)
+        enough = completed - self.saved_completed >= episodes_needed
+        if last or (iteration % run.save_every_n == 0 and enough):
+            self._save(iteration, state)
             self.saved_completed = completed
 
     def _progress(self, steps: int) -> None:
@@ -298,7 +382,12 @@ def train(setup: Setup, run_dir: str) -> dict:
             "or continue it with `heron train --resume`"
         )
     os.makedirs(run_dir, exist_ok=True)
-    rundir.write_config(run_dir, setup.record)
+    with rundir.RunLock(run_dir):
+        rundir.write_config(run_dir, setup.record)
+        return _run_from_start(setup, run_dir)
+
+
+def _run_from_start(setup: Setup, run_dir: str) -> dict:
     program = setup.program()
     loop = _Loop(setup, run_dir, program)
     state = program.init(seed_keys(setup.seeds))
@@ -306,22 +395,54 @@ def train(setup: Setup, run_dir: str) -> dict:
     return loop.summary(state)
 
 
-def restore(setup: Setup, run_dir: str):
-    """(program, state, iteration) of the latest checkpoint of ``run_dir`` under ``setup``."""
+def restore(setup: Setup, run_dir: str, kind: str = checkpoints.LATEST):
+    """(program, state, iteration) of the latest checkpoint of ``run_dir`` under ``setup``
+    (``kind=checkpoints.BEST``: of its best greedy evaluation)."""
     program = setup.program()
     template = program.init(seed_keys(setup.seeds))
-    state, iteration = checkpoints.restore(run_dir, template)
+    state, iteration = checkpoints.restore(run_dir, template, kind=kind)
     return program, state, iteration
 
 
 def continue_run(setup: Setup, run_dir: str, rewrite_config: bool = False) -> dict:
-    """Continues ``run_dir`` from its latest checkpoint to the setup's steps. With JAX
-    environments on CPU the result equals the uninterrupted run's."""
-    if checkpoints.latest_step(run_dir) is None:
-        raise checkpoints.CheckpointError(
-            f"cannot resume {run_dir!r}: it has no checkpoint yet (start it again instead)"
+    """Continues ``run_dir`` from its latest checkpoint to the setup's steps (a run stopped
+    before its first checkpoint starts again from the beginning). With JAX environments on
+    CPU the result equals the uninterrupted run's."""
+    with rundir.RunLock(run_dir):
+        if checkpoints.latest_step(run_dir) is None:
+            print(
+                f"heron: {run_dir!r} stopped before its first checkpoint: starting it again",
+                file=sys.stderr,
+            )
+            rundir.truncate_metrics(run_dir, -1)
+            rundir.write_config(run_dir, setup.record)
+            return _run_from_start(setup, run_dir)
+        return _continue(setup, run_dir, rewrite_config)
+
+
+def _check_unchanged_config(setup: Setup, run_dir: str, step: int) -> None:
+    """config.json may differ from the config recorded with the checkpoint only where
+    ``--resume`` is documented to change it."""
+    recorded = checkpoints.recorded_config(run_dir, step)
+    if recorded is None:
+        return
+    current = json.loads(json.dumps(setup.record))  # tuples as JSON lists, like the record
+    changes = [
+        change
+        for change in rundir.changed_fields(recorded, current)
+        if not change.startswith(RESUMABLE_CHANGES)
+    ]
+    if changes:
+        raise ConfigError(
+            f"the config of {run_dir!r} differs from the one recorded with checkpoint {step} "
+            f"({'; '.join(changes)}); --resume continues a run as it was (only --steps may "
+            "change): restore config.json or start a new run"
         )
+
+
+def _continue(setup: Setup, run_dir: str, rewrite_config: bool) -> dict:
     program, state, iteration = restore(setup, run_dir)
+    _check_unchanged_config(setup, run_dir, iteration)
     if iteration > setup.iterations:
         raise ConfigError(
             f"{run_dir!r} is already past {setup.run.steps} steps (checkpoint at iteration "

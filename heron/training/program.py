@@ -74,6 +74,21 @@ def learn_phase(agent: Agent, replay, agent_state, replay_state, key, limit: int
     return agent_state, replay_state, metrics
 
 
+NON_FINITE = "non_finite/"  # metrics the driver checks but does not log
+
+
+def non_finite_inputs(steps) -> dict:
+    """Counts of non-finite observations and rewards among the collected steps."""
+
+    def count(x):
+        return jnp.sum(~jnp.isfinite(jnp.asarray(x, jnp.float32))).astype(jnp.float32)
+
+    return {
+        f"{NON_FINITE}observations": sum(count(x) for x in jax.tree.leaves(steps.observation)),
+        f"{NON_FINITE}rewards": count(steps.reward),
+    }
+
+
 def make_program(agent: Agent, replay, source: Source, evaluate: Callable) -> Program:
     """``evaluate(agent_state, observations, key) -> returns [n_temperatures, n]`` is the
     run's evaluation (``evaluation.make_evaluate`` with ``axis_name=SEED_AXIS``)."""

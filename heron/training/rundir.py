@@ -7,12 +7,14 @@ RUN_DIR/checkpoints/     orbax (``checkpoints``)
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import hashlib
 import json
 import math
 import os
+import socket
 import types
 import typing
 
@@ -109,3 +111,89 @@ def greedy_history(records: list[dict], temperature: float, seeds: list[int]) ->
             value = r["return_mean"]
             by_step.setdefault(r["step"], {})[r["seed"]] = math.nan if value is None else value
     return [np.array([by_step[s].get(seed, math.nan) for seed in seeds]) for s in sorted(by_step)]
+
+
+LOCK = ".lock"
+
+
+class RunDirInUse(RunDirError):
+    """Another live process is writing the run directory."""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+class RunLock:
+    """``RUN_DIR/.lock`` held by the process writing the run (its pid and host); a second
+    writer is refused with one line. A lock left by a process that no longer runs (killed
+    with SIGKILL, a crashed machine) is stale and taken over."""
+
+    def __init__(self, run_dir: str):
+        self.path = os.path.join(run_dir, LOCK)
+        self.held = False
+
+    def acquire(self) -> RunLock:
+        owner = {"pid": os.getpid(), "host": socket.gethostname()}
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                self._refuse_unless_stale()
+                continue
+            with os.fdopen(fd, "w") as f:
+                json.dump(owner, f)
+            self.held = True
+            return self
+        raise RunDirInUse(
+            f"could not lock {os.path.dirname(self.path)!r}: {self.path!r} keeps reappearing"
+        )
+
+    def _refuse_unless_stale(self) -> None:
+        try:
+            with open(self.path) as f:
+                owner = json.load(f)
+            pid, host = int(owner["pid"]), owner.get("host")
+        except (OSError, ValueError, KeyError, TypeError):
+            pid, host = None, None  # a half-written lock: its writer died before finishing
+        here = host in (None, socket.gethostname())
+        if pid is not None and (not here or (pid != os.getpid() and _alive(pid))):
+            where = "" if here else f" on {host}"
+            raise RunDirInUse(
+                f"run dir {os.path.dirname(self.path)!r} is in use by process {pid}{where}; "
+                f"wait for it to finish or stop it (a stale lock, {self.path!r}, is taken over "
+                "automatically once its process has gone)"
+            )
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+    def release(self) -> None:
+        if self.held:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+            self.held = False
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def changed_fields(recorded: dict, current: dict, prefix: str = "") -> list[str]:
+    """The dotted names whose values differ between two config records (``a.b: 1 -> 2``)."""
+    changes = []
+    for name in sorted(set(recorded) | set(current)):
+        old, new = recorded.get(name, "<absent>"), current.get(name, "<absent>")
+        path = f"{prefix}{name}"
+        if isinstance(old, dict) and isinstance(new, dict):
+            changes.extend(changed_fields(old, new, path + "."))
+        elif old != new:
+            changes.append(f"{path}: {old!r} -> {new!r}")
+    return changes

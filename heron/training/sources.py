@@ -15,7 +15,7 @@ observation pipeline's state, used by the policy when evaluating; ``episodes``: 
 episode statistics).
 
 ``EnvSource`` steps environments (JAX envs, or Gymnasium envs through host callbacks);
-``heron.offline`` provides a dataset source and ``heron.distributed`` Ray actors.
+other packages provide the rest (a dataset, actors on other machines).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The run configuration: what every algorithm's training run shares."""
+"""The run configuration: what every algorithm's training run shares (``heron.api`` reads it
+to choose the source of experience; the driver, for its schedules)."""
 
 from __future__ import annotations
 
