@@ -26,7 +26,17 @@ _SUBMODULES = (
     "types",
 )
 _TYPES = ("Experience", "StepType", "TimeStep")
-_API = ("build", "collect", "evaluate_run", "load_config", "load_run", "resume", "train")
+_API = (
+    "Policy",
+    "build",
+    "collect",
+    "evaluate_run",
+    "load",
+    "load_config",
+    "load_run",
+    "resume",
+    "train",
+)
 
 __all__ = [*_TYPES, *_API, "RunConfig", *_SUBMODULES]
 

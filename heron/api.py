@@ -1,9 +1,11 @@
-"""heron from Python: build a run, train it, resume it, load it, evaluate it, collect data.
+"""heron from Python: build a run, train it, resume it, load its policy, evaluate it,
+collect data from it.
 
     import heron
-    setup = heron.build("ppo", heron.agents.PPOConfig(), heron.RunConfig(env="gymnax:CartPole-v1"))
+    setup = heron.build("ppo", run=heron.RunConfig(env="gymnax:CartPole-v1"))
     summary = heron.train(setup, "runs/cartpole")      # the final JSON line's fields
-    summary = heron.resume("runs/cartpole")            # continue from the latest checkpoint
+    summary = heron.resume("runs/cartpole", steps=200_000)   # continue, to a new budget
+    policy = heron.load("runs/cartpole")               # action = policy(observation)
 
 ``build`` chooses the source of experience from the run configuration: environments
 (JAX envs compiled whole, Gymnasium envs through host callbacks) or, with ``dataset``, a
@@ -37,6 +39,7 @@ from heron.training.driver import Setup, TrainingError, seed_keys
 from heron.training.evaluation import make_evaluate
 from heron.training.program import SEED_AXIS
 from heron.training.sources import EnvSource
+from heron.types import StepType, TimeStep
 
 DEFAULT_UPDATES_PER_ITERATION = 1_000
 
@@ -111,19 +114,55 @@ def train(setup: Setup, run_dir: str | None = None) -> dict:
     return driver.train(setup, run_dir)
 
 
-def load_config(run_dir: str):
-    """(algo, agent config, RunConfig) recorded in ``run_dir``."""
-    record = rundir.read_config(run_dir)
-    where = os.path.join(run_dir, rundir.CONFIG)
+def configs_from_record(record: dict, where: str):
+    """(algo, agent config, RunConfig) of a config record: config.json's layout, ``{"algo":
+    NAME, "run": {...}, NAME: {...}}`` (unknown or renamed fields refused by name)."""
+    if not isinstance(record, dict):
+        raise rundir.RunDirError(f"{where}: expected a mapping with algo, run and agent fields")
     try:
         algo = record["algo"]
         config_type = agents.config_class(algo)
         renamed = getattr(config_type, "renamed_fields", None)
-        agent_config = rundir.config_from_record(config_type, record[algo], where, renamed)
-        run = rundir.config_from_record(RunConfig, record["run"], where)
+        agent_config = rundir.config_from_record(config_type, record.get(algo, {}), where, renamed)
+        run = rundir.config_from_record(RunConfig, record.get("run", {}), where)
     except (KeyError, TypeError) as error:
         raise rundir.RunDirError(f"{where!r} is unreadable: {error!r}") from error
     return algo, agent_config, run
+
+
+def read_config_file(path: str) -> dict:
+    """A config record from a TOML, YAML or JSON file (config.json's layout)."""
+    import json
+    import tomllib
+
+    import yaml
+
+    readers = {
+        ".toml": lambda f: tomllib.loads(f.read()),
+        ".yaml": yaml.safe_load,
+        ".yml": yaml.safe_load,
+        ".json": json.load,
+    }
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix not in readers:
+        raise rundir.RunDirError(
+            f"config file {path!r}: unknown format {suffix or '(no suffix)'}; use .toml, .yaml "
+            "or .json (a run's config.json repeats the run)"
+        )
+    try:
+        with open(path) as f:
+            return readers[suffix](f)
+    except FileNotFoundError:
+        raise rundir.RunDirError(f"config file {path!r} does not exist") from None
+    except (ValueError, yaml.YAMLError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise rundir.RunDirError(f"config file {path!r} is unreadable: {first}") from error
+
+
+def load_config(run_dir: str):
+    """(algo, agent config, RunConfig) recorded in ``run_dir``."""
+    record = rundir.read_config(run_dir)
+    return configs_from_record(record, os.path.join(run_dir, rundir.CONFIG))
 
 
 def resume(run_dir: str, steps: int | None = None) -> dict:
@@ -263,6 +302,7 @@ def collect(
 
 
 __all__ = [
+    "Policy",
     "RunConfig",
     "Setup",
     "TrainingError",
@@ -270,8 +310,87 @@ __all__ = [
     "checkpoints",
     "collect",
     "evaluate_run",
+    "load",
     "load_config",
     "load_run",
     "resume",
     "train",
 ]
+
+
+class Policy:
+    """A trained run's policy, acting on raw observations as its environment gives them:
+
+        policy = heron.load("runs/cartpole")           # the latest checkpoint (best=True: best)
+        action = policy(observation)                   # [*obs] -> action, or [B, *obs] -> [B, ...]
+        policy.reset()                                 # before new episodes (recurrent, history)
+
+    Observations go through the run's pipeline (normalisation with the statistics it
+    learnt, history stacking); the first call after ``reset`` starts the episodes. Acting is
+    greedy unless a ``temperature`` is given (here or per call). Several seeds: the first's.
+    """
+
+    def __init__(self, setup: Setup, state, checkpoint: int, temperature: float = 0.0):
+        self.setup, self.checkpoint, self.temperature = setup, checkpoint, temperature
+        first_seed = jax.tree.map(lambda x: x[0], state)
+        self.agent_state = first_seed.agent_state
+        self._statistics = setup.source.observations(first_seed.source_state)
+        self._key = jax.random.PRNGKey(0)
+        self._batch = None
+        agent, pipeline = setup.agent, setup.source.pipeline
+
+        def step(agent_state, observations, carry, raw, key, temperature):
+            observations, timestep = pipeline.apply(observations, raw, update_stats=False)
+            action, carry = agent.policy(agent_state, timestep, carry, key, temperature)
+            return action, carry, observations
+
+        self._step = jax.jit(step)
+
+    @property
+    def spec(self):
+        """The environment's EnvSpec (observation shape, action space)."""
+        return self.setup.source.pipeline.env_spec
+
+    def reset(self) -> None:
+        """Forgets the episodes under way: the next call starts new ones."""
+        self._batch = None
+
+    def __call__(self, observation, temperature: float | None = None):
+        observation = np.asarray(observation, np.float32)
+        shape = self.spec.observation_shape
+        single = observation.shape == shape
+        batch = observation[None] if single else observation
+        if batch.shape[1:] != shape:
+            raise ValueError(
+                f"observation of shape {observation.shape} does not fit the run's "
+                f"{shape} (or [batch, *{shape}])"
+            )
+        size = batch.shape[0]
+        first = self._batch != size
+        if first:
+            pipeline = self.setup.source.pipeline
+            self._observations = pipeline.with_history_for(self._statistics, size)
+            self._carry = self.setup.agent.initial_carry(size)
+            self._batch = size
+        raw = TimeStep(
+            step_type=np.full(size, StepType.FIRST if first else StepType.MID, np.int32),
+            reward=np.zeros(size, np.float32),
+            discount=np.ones(size, np.float32),
+            observation=batch,
+        )
+        self._key, key = jax.random.split(self._key)
+        temperature = self.temperature if temperature is None else temperature
+        action, self._carry, self._observations = self._step(
+            self.agent_state, self._observations, self._carry, raw, key, float(temperature)
+        )
+        action = np.asarray(action)
+        return action[0] if single else action
+
+
+def load(run_dir: str, best: bool = False, temperature: float = 0.0) -> Policy:
+    """The policy of ``run_dir``'s latest checkpoint (``best``: of its best greedy
+    evaluation), acting at ``temperature`` (0: greedy)."""
+    if not 0 <= temperature < float("inf"):
+        raise ConfigError(f"temperature must be finite and >= 0, got {temperature}")
+    setup, _, state, checkpoint = load_run(run_dir, best)
+    return Policy(setup, state, checkpoint, temperature)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import functools
 import io
 import json
 import logging
@@ -31,6 +32,7 @@ import threading
 import tyro
 
 USAGE = """usage: heron train ALGO [options] [--ALGO.FIELD VALUE ...]
+       heron train [ALGO] --config FILE [options]   (TOML/YAML/JSON; a run's config.json)
        heron train --resume RUN_DIR [--steps N]
        heron eval RUN_DIR [--episodes N] [--temperature T]
        heron plot RUN_DIR [RUN_DIR ...] --out FILE.png [--temperatures T ...]
@@ -138,6 +140,7 @@ def configure_compile_cache() -> str | None:
     return path
 
 
+@functools.cache
 def _unchecked(config_type):
     """The config class without its validation, so that tyro only parses; heron validates
     afterwards and reports a bad value in one line instead of tyro's help box."""
@@ -208,23 +211,62 @@ def _refuse_renamed(algo: str, argv: list[str]) -> None:
             raise UsageError(f"{name} is no longer an option: use --{algo}.{renamed[field]}")
 
 
+def _split_config_option(argv: list[str]) -> tuple[str | None, list[str]]:
+    """(the path given to ``--config``, the other arguments)."""
+    for index, token in enumerate(argv):
+        if token == "--config":
+            if index + 1 == len(argv):
+                raise UsageError("--config needs a file: a TOML, YAML or JSON run config")
+            return argv[index + 1], argv[:index] + argv[index + 2 :]
+        if token.startswith("--config="):
+            return token.split("=", 1)[1], argv[:index] + argv[index + 1 :]
+    return None, argv
+
+
 def _parse_train(argv: list[str]):
+    """(algo, agent config, RunConfig) from ``heron train [ALGO] [--config FILE] [options]``:
+    the defaults, then the file's values, then the options given."""
+    from heron import agents
     from heron.training import RunConfig
 
-    if not argv or argv[0].startswith("-"):
-        if argv and argv[0] in ("-h", "--help"):
-            print(USAGE)
-            raise SystemExit(0)
+    if argv and argv[0] in ("-h", "--help"):
+        print(USAGE)
+        raise SystemExit(0)
+    path, rest = _split_config_option(argv)
+    algo = rest[0] if rest and not rest[0].startswith("-") else None
+    rest = rest[1:] if algo else rest
+    agent_config, run = None, RunConfig()
+    if path is not None:
+        from heron import api
+
+        named, agent_config, run = api.configs_from_record(api.read_config_file(path), path)
+        if algo is not None and algo != named:
+            raise UsageError(f"{path!r} configures {named}, not {algo}")
+        algo, run = named, dataclasses.replace(run, run_dir=None)  # a rerun: a new run dir
+    if algo is None:
         raise UsageError("heron train needs an algorithm, e.g. `heron train ppo`")
-    algo, rest = argv[0], argv[1:]
+    config_type = agents.config_class(algo)
+    agent_config = config_type() if agent_config is None else agent_config
     args_class = _train_args_class(algo)
     _refuse_renamed(algo, rest)
     rest = _bare_flags_mean_true(rest, _bool_options(algo))
-    args = _cli(args_class, rest, f"heron train {algo}", config=(tyro.conf.FlagConversionOff,))
-    from heron import agents
-
-    agent_config = _checked(agents.config_class(algo), getattr(args, algo))
+    default = args_class(
+        **{f.name: getattr(run, f.name) for f in dataclasses.fields(RunConfig)},
+        **{algo: _unchecked(config_type)(**_fields(agent_config))},
+    )
+    args = _cli(
+        args_class,
+        rest,
+        f"heron train {algo}",
+        default=default,
+        config=(tyro.conf.FlagConversionOff,),
+    )
+    agent_config = _checked(config_type, getattr(args, algo))
     return algo, agent_config, _checked(RunConfig, args)
+
+
+def _fields(config) -> dict:
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
 
 
 @dataclasses.dataclass(frozen=True)
