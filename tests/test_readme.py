@@ -1,0 +1,26 @@
+"""The README's Python snippets run, in order, as a user would paste them."""
+
+import os
+import re
+
+import pytest
+
+README = os.path.join(os.path.dirname(__file__), "..", "README.md")
+
+
+def python_snippets() -> list[str]:
+    with open(README) as f:
+        return re.findall(r"```python\n(.*?)```", f.read(), flags=re.S)
+
+
+def test_the_readme_has_python_snippets():
+    assert len(python_snippets()) >= 2
+
+
+@pytest.mark.slow
+def test_the_readme_python_snippets_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    for snippet in python_snippets():
+        exec(compile(snippet, README, "exec"), namespace)  # noqa: S102
+    assert os.path.isdir(tmp_path / "runs" / "example" / "checkpoints")

@@ -1,0 +1,181 @@
+"""Nothing lost on Ctrl-C, concurrent use or a failed start: the run-dir lock, SIGINT and
+SIGTERM saving before they stop, a run that failed before its first checkpoint, the best
+evaluation's checkpoint, and a hand-edited config refused on resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from heron import api
+from heron.agents import PPOConfig
+from heron.configs import ConfigError
+from heron.training import RunConfig, checkpoints, rundir
+
+HERON = os.path.join(os.path.dirname(sys.executable), "heron")
+SMALL = [
+    "--num-envs", "4", "--n-evals", "2", "--eval-every-n", "4", "--eval-temperatures", "0",
+    "--ppo.unroll-length", "16", "--ppo.batch-size", "32", "--ppo.num-epochs", "2",
+]  # fmt: skip
+
+
+def _small_run(**overrides):
+    settings = dict(
+        steps=1024, num_envs=4, n_evals=2, eval_every_n=4, eval_temperatures=(0.0,),
+        save_every_n=4, done_frac_for_policy_save=0.0,
+    )  # fmt: skip
+    return RunConfig(**{**settings, **overrides})
+
+
+SMALL_PPO = PPOConfig(unroll_length=16, batch_size=32, num_epochs=2)
+
+
+def _start(run_dir, steps, *extra):
+    return subprocess.Popen(
+        [HERON, "train", "ppo", "--run-dir", str(run_dir), "--steps", str(steps), *SMALL, *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for(predicate, seconds=300):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _progress_started(run_dir):
+    path = os.path.join(run_dir, "metrics.jsonl")
+    return os.path.exists(path) and os.path.getsize(path) > 0
+
+
+def test_a_second_writer_is_refused_while_the_first_runs(tmp_path):
+    run_dir = tmp_path / "run"
+    first = _start(run_dir, 400_000)
+    try:
+        assert _wait_for(lambda: _progress_started(run_dir))
+        assert _wait_for(lambda: checkpoints.latest_step(str(run_dir)) is not None)
+        second = subprocess.run(
+            [HERON, "train", "--resume", str(run_dir)], capture_output=True, text=True, timeout=300
+        )
+        assert second.returncode == 2
+        error = second.stderr.strip()
+        assert f"is in use by process {first.pid}" in error and len(error.splitlines()) == 1
+        lines_before = open(run_dir / "metrics.jsonl").read()
+        assert lines_before  # the first run's metrics are untouched
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=300)
+    assert not (run_dir / rundir.LOCK).exists()  # released when it stopped
+
+
+def test_a_stale_lock_is_taken_over(tmp_path):
+    run_dir = str(tmp_path / "run")
+    api.train(api.build("ppo", SMALL_PPO, _small_run(steps=512)), run_dir)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with open(os.path.join(run_dir, rundir.LOCK), "w") as f:
+        json.dump({"pid": dead.pid, "host": os.uname().nodename}, f)
+    summary = api.resume(run_dir, steps=1024)
+    assert summary["steps"] == 1024 and not os.path.exists(os.path.join(run_dir, rundir.LOCK))
+
+
+@pytest.mark.parametrize("signal_number, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_saves_a_checkpoint_and_resume_continues_exactly(tmp_path, signal_number, status):
+    straight = subprocess.run(
+        [HERON, "train", "ppo", "--run-dir", str(tmp_path / "a"), "--steps", "8192", *SMALL,
+         "--save-every-n", "1000"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert straight.returncode == 0, straight.stderr
+    expected = json.loads(straight.stdout.splitlines()[-1])
+    run_dir = tmp_path / "b"
+    process = _start(run_dir, 8192, "--save-every-n", "1000")  # no scheduled checkpoint
+    assert _wait_for(lambda: _progress_started(run_dir))
+    process.send_signal(signal_number)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == status, err
+    assert "checkpoint" in err and f"heron train --resume {run_dir}" in err
+    saved = checkpoints.latest_step(str(run_dir))
+    assert saved is not None and saved < 128  # it stopped before the end, and saved first
+    resumed = api.resume(str(run_dir))
+    assert resumed["params_digest"] == expected["params_digest"]
+
+
+def test_a_run_that_failed_before_its_first_checkpoint_starts_again_on_resume(
+    tmp_path, monkeypatch, capsys
+):
+    run_dir = str(tmp_path / "run")
+    setup = api.build("ppo", SMALL_PPO, _small_run())
+    program = setup.program()
+
+    def out_of_memory(state):
+        raise MemoryError("RESOURCE_EXHAUSTED: out of memory")
+
+    monkeypatch.setattr(
+        type(setup), "program", lambda self: program._replace(iteration=out_of_memory)
+    )
+    with pytest.raises(MemoryError):
+        api.train(setup, run_dir)
+    monkeypatch.undo()
+    assert checkpoints.latest_step(run_dir) is None and os.path.exists(f"{run_dir}/config.json")
+    with pytest.raises(ConfigError, match="continue it with `heron train --resume`"):
+        api.train(api.build("ppo", SMALL_PPO, _small_run()), run_dir)  # a fresh start refuses
+    resumed = api.resume(run_dir)  # ... and --resume accepts it: it starts again
+    assert "stopped before its first checkpoint: starting it again" in capsys.readouterr().err
+    fresh = api.train(api.build("ppo", SMALL_PPO, _small_run()), str(tmp_path / "fresh"))
+    assert resumed["params_digest"] == fresh["params_digest"]
+
+
+def test_the_best_evaluation_keeps_its_own_checkpoint(tmp_path):
+    run_dir = str(tmp_path / "run")
+    api.train(api.build("ppo", SMALL_PPO, _small_run(steps=2048, eval_every_n=2)), run_dir)
+    evals = [json.loads(x) for x in open(f"{run_dir}/metrics.jsonl") if '"eval"' in x]
+    best = max(evals, key=lambda e: e["return_mean"])  # the first of equal bests is kept
+    best_step = min(e["step"] for e in evals if e["return_mean"] == best["return_mean"])
+    assert checkpoints.all_steps(run_dir, checkpoints.BEST) == [best_step // 64]
+    evaluation = api.evaluate_run(run_dir, episodes=2, temperature=0.0, best=True)
+    assert evaluation["checkpoint"] == best_step // 64 and evaluation["best"] is True
+    policy = api.load(run_dir, best=True)
+    assert policy.checkpoint == best_step // 64
+
+
+def test_a_hand_edited_config_is_refused_on_resume(tmp_path):
+    run_dir = str(tmp_path / "run")
+    api.train(api.build("ppo", SMALL_PPO, _small_run(steps=512)), run_dir)
+    path = os.path.join(run_dir, "config.json")
+    config = json.load(open(path))
+    config["ppo"]["learning_rate"] = 0.01  # keeps every array shape
+    config["ppo"]["network"]["activation"] = "relu"
+    json.dump(config, open(path, "w"))
+    with pytest.raises(ConfigError) as error:
+        api.resume(run_dir, steps=1024)
+    message = str(error.value)
+    assert "ppo.learning_rate: 0.002 -> 0.01" in message
+    assert "ppo.network.activation: 'tanh' -> 'relu'" in message and "--steps" in message
+    config["ppo"]["learning_rate"], config["ppo"]["network"]["activation"] = 0.002, "tanh"
+    json.dump(config, open(path, "w"))
+    assert api.resume(run_dir, steps=1024)["steps"] == 1024  # a new budget is allowed
+
+
+def test_the_python_policy_acts_on_raw_observations(tmp_path):
+    import numpy as np
+
+    run_dir = str(tmp_path / "run")
+    run = _small_run(steps=512, normalize_observations=True, len_history_for_policy=2)
+    api.train(api.build("ppo", SMALL_PPO, run), run_dir)
+    policy = api.load(run_dir)
+    observation = np.zeros(4, np.float32)
+    assert policy(observation) in (0, 1)
+    assert policy(np.zeros((3, 4))).shape == (3,)
+    policy.reset()
+    with pytest.raises(ValueError, match=r"does not fit the run's \(4,\)"):
+        policy(np.zeros(5))
