@@ -20,7 +20,7 @@ import os
 import jax
 import numpy as np
 
-from heron import agents, envs
+from heron import agents, envs, presets
 from heron.agents.base import Agent
 from heron.configs import ConfigError
 from heron.envs.wrappers import ObservationPipeline
@@ -65,6 +65,8 @@ def build(algo: str, agent_config=None, run: RunConfig | None = None) -> Setup:
     config_type = agents.config_class(algo)  # an unknown algorithm: a clear error first
     agent_config = config_type() if agent_config is None else agent_config
     run = RunConfig() if run is None else run
+    if run.preset == presets.AUTO:  # from Python a preset is explicit: heron.presets.preset()
+        run = dataclasses.replace(run, preset=presets.NONE)
     envs.import_env_module(run.env_module)  # its registrations make the env id resolve
     if run.dataset is not None:
         return _build_offline(algo, agent_config, run)

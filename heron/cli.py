@@ -246,7 +246,17 @@ def _parse_train(argv: list[str]):
     if algo is None:
         raise UsageError("heron train needs an algorithm, e.g. `heron train ppo`")
     config_type = agents.config_class(algo)
-    agent_config = config_type() if agent_config is None else agent_config
+    choice = _option_value(rest, "--preset")
+    if agent_config is None or choice is not None:  # a preset first, then the file's values
+        from heron import presets
+
+        env = _option_value(rest, "--env") or run.env
+        key = presets.resolve(algo, env, choice or presets.AUTO)
+        preset_config, preset_run = presets.apply(algo, key, config_type(), RunConfig(env=env))
+        if agent_config is None:
+            agent_config, run = preset_config, preset_run
+        else:
+            run = dataclasses.replace(run, preset=preset_run.preset)
     args_class = _train_args_class(algo)
     _refuse_renamed(algo, rest)
     rest = _bare_flags_mean_true(rest, _bool_options(algo))
@@ -262,7 +272,18 @@ def _parse_train(argv: list[str]):
         config=(tyro.conf.FlagConversionOff,),
     )
     agent_config = _checked(config_type, getattr(args, algo))
-    return algo, agent_config, _checked(RunConfig, args)
+    run = _checked(RunConfig, dataclasses.replace(args, preset=run.preset))  # the label used
+    return algo, agent_config, run
+
+
+def _option_value(argv: list[str], option: str) -> str | None:
+    """The value given to ``option`` (``--opt V`` or ``--opt=V``), or None."""
+    for index, token in enumerate(argv):
+        if token == option and index + 1 < len(argv):
+            return argv[index + 1]
+        if token.startswith(option + "="):
+            return token.split("=", 1)[1]
+    return None
 
 
 def _fields(config) -> dict:

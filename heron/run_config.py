@@ -61,6 +61,10 @@ class RunConfig:
     updates_per_iteration: int | None = integer(None, 1, optional=True)
     """With a dataset: gradient updates per iteration, the unit of the eval and save
     schedules (default 1000); refused without one."""
+    preset: str = "auto"
+    """Tuned settings to start from (heron/presets/<algo>.toml): auto (the preset for --env
+    when there is one), none (the bare defaults) or an environment key of the agent's preset
+    file; options given override it. config.json records the one used (algo/key or none)."""
     env_module: str | None = None
     """Python module imported before the environment is made (e.g. mypkg.envs): its
     gymnasium.register / heron.envs.register calls make its ids available."""

@@ -349,6 +349,7 @@ class _Loop:
             "params_digest": rundir.params_digest(
                 per_seed_params[0] if setup.run.seeds == 1 else params
             ),
+            "preset": setup.run.preset,
         }
         if setup.run.seeds > 1:
             summary["per_seed"] = [
