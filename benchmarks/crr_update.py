@@ -12,6 +12,7 @@ Prints one row per configuration and a final JSON line.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 
@@ -19,14 +20,16 @@ import jax
 import jax.numpy as jnp
 
 from heron import agents, envs
+from heron.agents.crr import acme_network
 from heron.types import Experience, StepType
 
+SMALL = dataclasses.replace(acme_network(), hidden_sizes=(64, 64))
 VARIANTS = {
     "acme defaults (256x256, 4+4 samples)": {},
     "1+1 action samples": {"num_action_samples_policy": 1, "num_action_samples_td": 1},
-    "64x64 networks": {"hidden_sizes": (64, 64)},
+    "64x64 networks": {"network": SMALL},
     "64x64, 1+1 samples": {
-        "hidden_sizes": (64, 64),
+        "network": SMALL,
         "num_action_samples_policy": 1,
         "num_action_samples_td": 1,
     },
@@ -49,7 +52,7 @@ def measure(overrides: dict, updates: int) -> dict:
     spec = envs.make("gymnax:Pendulum-v1", 1).spec
     config = agents.CRRConfig(**overrides)
     agent = agents.make("crr", spec, config)
-    batch = random_sequences(spec, config.mini_batch_length, config.mini_batch_size)
+    batch = random_sequences(spec, config.sequence_length, config.batch_size)
 
     @jax.jit
     def many(state, key):

@@ -45,8 +45,8 @@ DATASET_EPISODES = 200
 # The behaviour policy: SVG0 with the settings of its learning test (tests/test_svg0.py),
 # stopped part-way (D4RL's "medium" recipe), as in tests/test_offline.py.
 SVG0_FLAGS = (
-    "--svg0.hidden-sizes", "64", "64", "--svg0.mini-batch-size", "32",
-    "--svg0.replay-ratio", "0.5", "--svg0.policy-learning-rate", "3e-4",
+    "--svg0.network.hidden-sizes", "64", "64", "--svg0.batch-size", "32",
+    "--svg0.replay.ratio", "0.5", "--svg0.policy-learning-rate", "3e-4",
     "--svg0.critic-learning-rate", "3e-4", "--svg0.prior-learning-rate", "3e-4",
 )  # fmt: skip
 EVAL_EPISODES = 32

@@ -158,9 +158,12 @@ def worker_heron(w: Workload) -> dict[str, Any]:
 
     from heron.replay import UniformReplay
 
-    replay = UniformReplay(w.capacity, w.envs)
+    replay = UniformReplay(w.envs, w.capacity, w.batch, w.length)
     result = time_jax_replay(
-        replay.init, replay.add, lambda s, k: replay.sample(s, k, w.batch, w.length), w
+        lambda chunk: replay.init(jax.tree.map(lambda x: x[:, 0], chunk)),
+        replay.add,
+        lambda s, k: replay.sample(s, k)[0],
+        w,
     )
     return {**result, "versions": {"jax": jax.__version__}}
 

@@ -94,7 +94,7 @@ def _build_offline(algo: str, agent_config, run: RunConfig) -> Setup:
     pipeline = ObservationPipeline(
         probe.spec, run.normalize_observations, run.len_history_for_policy, run.reward_scale
     )
-    agent = agents.make(algo, pipeline.spec, agent_config)
+    agent = agents.make(algo, pipeline.spec, agent_config, collects=False)
     if "uniform" not in agent.replayers:
         raise ConfigError(
             f"{algo} learns on-policy ({', '.join(agent.replayers)} replay) and cannot train "

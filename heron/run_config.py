@@ -53,7 +53,8 @@ class RunConfig:
     save_every_n: int = integer(100, 1)
     """Checkpoint every n iterations, once enough episodes ended; always at the end."""
     done_frac_for_policy_save: float = number(0.5, 0.0)
-    """Fraction of num_envs x seeds episodes that must end between two saves (Trax's rule)."""
+    """Fraction of num_envs x seeds episodes that must terminate (Trax's "done"; truncated
+    episodes do not count) between two scheduled saves (Trax's rule)."""
     keep_checkpoints: int = integer(3, 1)
     """How many of the latest checkpoints to keep."""
     dataset: str | None = None

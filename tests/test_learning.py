@@ -37,7 +37,10 @@ def test_recurrent_ppo_remembers_what_masked_cartpole_hides(tmp_path):
     a feed-forward one cannot (seed 0, same budget; the issue asks for >= 400 within 1M)."""
     run = RunConfig(env="heron:CartPole-masked-v1", steps=300_000, seed=0, eval_every_n=10)
     recurrent = PPOConfig(
-        network=NetworkConfig(core="lstm"), use_rollout_state=True, sequence_length=16, batch_size=16
+        network=NetworkConfig(core="lstm"),
+        use_rollout_state=True,
+        sequence_length=16,
+        batch_size=16,
     )
     lstm = train(build("ppo", recurrent, run), str(tmp_path / "lstm"))
     feed_forward = train(build("ppo", PPOConfig(), run), str(tmp_path / "ff"))

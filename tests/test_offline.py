@@ -163,9 +163,11 @@ def test_normalisation_uses_the_datasets_statistics(tmp_path):
     lane, stats = setup.source.experience
     np.testing.assert_allclose(stats.mean, observations.mean(0), rtol=1e-5)
     np.testing.assert_allclose(stats.var, observations.var(0), rtol=1e-5)
-    stored = lane.observation[0]
+    np.testing.assert_allclose(lane.observation[0], observations, rtol=1e-6)  # kept raw
+    state = setup.program().init(seed_keys([0]))
+    seen = setup.source.view(jax.tree.map(lambda x: x[0], state.source_state))(lane)
     expected = (observations - observations.mean(0)) / np.sqrt(observations.var(0) + 1e-8)
-    np.testing.assert_allclose(stored, expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(seen.observation[0], expected, rtol=1e-4, atol=1e-5)
 
 
 # --------------------------------------------------------------------------- validation

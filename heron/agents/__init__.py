@@ -8,7 +8,7 @@ from heron.agents.ppo import PPOConfig, make_ppo
 from heron.agents.svg0 import SVG0Config, make_svg0
 from heron.networks import NetworkConfig
 
-# name -> (config class, factory(spec, config, devices) -> Agent)
+# name -> (config class, factory(spec, config, devices, collects) -> Agent)
 REGISTRY = {
     "ppo": (PPOConfig, make_ppo),
     "crr": (CRRConfig, make_crr),
@@ -28,14 +28,15 @@ def config_class(name: str):
     return REGISTRY[name][0]
 
 
-def make(name: str, spec, config=None, devices=None) -> Agent:
+def make(name: str, spec, config=None, devices=None, collects: bool = True) -> Agent:
     """The agent ``name`` for environments of ``spec``; its updates are split over
-    ``devices`` (default: every device JAX sees)."""
+    ``devices`` (default: every device JAX sees). ``collects=False`` (learning from a
+    dataset) refuses options that only change how experience is collected."""
     config_type = config_class(name)
     config = config_type() if config is None else config
     if not isinstance(config, config_type):
         raise TypeError(f"{name} needs a {config_type.__name__}, got {type(config).__name__}")
-    return REGISTRY[name][1](spec, config, devices)
+    return REGISTRY[name][1](spec, config, devices, collects)
 
 
 __all__ = [

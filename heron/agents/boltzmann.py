@@ -19,12 +19,16 @@ def boltzmann_probabilities(q_values, beta):
 
 
 def resample(key, actions, q_values, beta):
-    """Chooses one of N candidate actions [N, B, ...] per batch element by softmax(Q / beta).
+    """Chooses one of N candidate actions [N, B, ...] per batch element by softmax(Q / beta);
+    ``beta`` 0 (or below 1e-6) takes the candidate of highest Q.
 
     Returns (actions [B, ...], chosen indices [B]).
     """
     chex.assert_rank(q_values, 2)
-    index = jax.random.categorical(key, q_values / beta, axis=0)  # [B]
+    beta = jnp.asarray(beta, jnp.float32)
+    greedy = beta < 1e-6
+    sampled = jax.random.categorical(key, q_values / jnp.where(greedy, 1.0, beta), axis=0)
+    index = jnp.where(greedy, jnp.argmax(q_values, axis=0), sampled)  # [B]
     batch = jnp.arange(q_values.shape[1])
     return jax.tree.map(lambda x: x[index, batch], actions), index
 

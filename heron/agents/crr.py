@@ -30,7 +30,7 @@ from heron.agents import boltzmann, learning
 from heron.agents.actions import action_size, encode_action, from_box, tile, to_box
 from heron.agents.base import ROLLOUT_STATE, Agent, ReplayConfig, check_config, extra
 from heron.agents.ppo import check_recurrence, warn_zero_start
-from heron.configs import check, choice, integer, number, scheduled
+from heron.configs import ConfigError, check, choice, integer, number, scheduled
 from heron.networks import (
     DenseHead,
     Network,
@@ -107,7 +107,12 @@ class CRRConfig:
     use_rollout_state: bool = False
     """Start each training sequence from the core states recorded when acting (ALF)."""
     acting: Literal["policy", "boltzmann"] = choice("policy", ("policy", "boltzmann"))
-    """Sample actions from the policy, or resample policy samples by softmax(Q / beta)."""
+    """Collect with actions sampled from the policy, or with policy samples resampled by
+    softmax(Q / boltzmann_beta) (Acme's ExpQWeightedPolicy)."""
+    eval_acting: Literal["policy", "boltzmann"] = choice("policy", ("policy", "boltzmann"))
+    """Evaluate (and ``heron collect --temperature T``) with the policy at temperature T, or
+    with policy samples resampled by softmax(Q / (boltzmann_beta x T)); T = 0 takes the
+    policy's mode, or the candidate of highest Q."""
     boltzmann_samples: int = integer(16, 1)
     """Candidate actions for Boltzmann acting."""
     boltzmann_beta: float = number(1.0, 0.0, low_open=True)
@@ -153,7 +158,13 @@ def networks(spec: EnvSpec, config: CRRConfig) -> tuple[Network, Network]:
     return policy, critic
 
 
-def make_crr(spec: EnvSpec, config: CRRConfig, devices=None) -> Agent:
+def make_crr(spec: EnvSpec, config: CRRConfig, devices=None, collects: bool = True) -> Agent:
+    if not collects and config.acting != "policy":
+        raise ConfigError(
+            f"crr.acting {config.acting} sets how experience is collected, and this run "
+            "collects none (it learns from a dataset): remove the option (crr.eval_acting "
+            "sets how it evaluates)"
+        )
     return _build(spec, config, devices)[0]
 
 
@@ -211,7 +222,7 @@ def _build(spec: EnvSpec, config: CRRConfig, devices):
         shape = (batch_size,)
         return {"policy": policy.initial_state(shape), "critic": critic.initial_state(shape)}
 
-    def boltzmann_choice(state: CRRState, observation, first, carry, dist, key):
+    def boltzmann_choice(state: CRRState, observation, first, carry, dist, key, beta):
         """Acme's ExpQWeightedPolicy: ``boltzmann_samples`` policy samples scored by the
         critic, one resampled per environment by softmax(Q / boltzmann_beta); a recurrent
         critic continues from the state of the chosen sample."""
@@ -225,7 +236,7 @@ def _build(spec: EnvSpec, config: CRRConfig, devices):
             tile(count, first),
         )
         action, chosen, _ = boltzmann.resample_with_states(
-            choice_key, candidates, q_mean(logits), config.boltzmann_beta, critic_states
+            choice_key, candidates, q_mean(logits), beta, critic_states
         )
         return action, chosen
 
@@ -236,7 +247,10 @@ def _build(spec: EnvSpec, config: CRRConfig, devices):
         )
         dist = dist_of(head_output)
         if resample:
-            action, critic_state = boltzmann_choice(state, observation, first, carry, dist, key)
+            beta = config.boltzmann_beta * temperature
+            action, critic_state = boltzmann_choice(
+                state, observation, first, carry, dist, key, beta
+            )
         else:
             action = dist.sample(key, temperature)
             critic_state = carry["critic"]
@@ -252,7 +266,7 @@ def _build(spec: EnvSpec, config: CRRConfig, devices):
         return action, new_carry, extras
 
     def policy_fn(state: CRRState, timestep: TimeStep, carry, key, temperature):
-        return step(state, timestep, carry, key, temperature, False)
+        return step(state, timestep, carry, key, temperature, config.eval_acting == "boltzmann")
 
     def samples(head_output, key, count: int):
         """``count`` samples at each step of sequences [T, M]: [count, T, M, ...]; each

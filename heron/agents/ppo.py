@@ -217,7 +217,8 @@ def gae_batch(config: PPOConfig, update_step, experience: Experience) -> PPOBatc
     )
 
 
-def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None) -> Agent:
+def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None, collects: bool = True) -> Agent:
+    del collects  # PPO always collects (a dataset is refused: it learns on-policy)
     warn_zero_start(config, "ppo")
     network = policy_value_network(spec, config)
     schedules = {name: as_schedule(getattr(config, name)) for name in SCHEDULED}

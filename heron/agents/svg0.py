@@ -267,8 +267,13 @@ def networks(spec: EnvSpec, config: SVG0Config) -> tuple[Network, Network]:
     return policy, critic
 
 
-def make_svg0(spec: EnvSpec, config: SVG0Config, devices=None) -> Agent:
+def make_svg0(spec: EnvSpec, config: SVG0Config, devices=None, collects: bool = True) -> Agent:
     """The SVG0 agent for ``spec`` (continuous actions)."""
+    if not collects and config.exploration_noise > 0:
+        raise ConfigError(
+            "svg0.exploration_noise widens the policy that collects experience, and this run "
+            "collects none (it learns from a dataset): remove the option"
+        )
     return _build(spec, config, devices)[0]
 
 

@@ -1,11 +1,12 @@
 """Observation and reward transforms between environments and agents, as pure functions
 over an explicit state (so it is compiled with the run and saved in its checkpoints).
 
-``ObservationPipeline`` normalises observations with running statistics (updated only from
-training steps; evaluation uses them frozen), stacks the last ``history`` observations
-(Trax's ``len_history_for_policy``; at an episode's FIRST step the history is filled with
-its first observation), and scales rewards for the learner. Episode returns are measured
-before the reward scaling.
+``ObservationPipeline`` stacks the last ``history`` observations (Trax's
+``len_history_for_policy``; at an episode's FIRST step the history is filled with its first
+observation), scales rewards for the learner, and normalises observations with running
+statistics (updated only from training steps; evaluation uses them frozen). Replays keep
+steps before normalisation; the latest statistics normalise them whenever they are used.
+Episode returns are measured before the reward scaling.
 """
 
 from __future__ import annotations
@@ -84,16 +85,16 @@ class ObservationPipeline:
         """The same statistics with a fresh history for ``num_envs`` other environments."""
         return state._replace(history=self.init(num_envs).history)
 
-    def apply(self, state: PipelineState, timestep: TimeStep, update_stats: bool):
-        """(state, raw TimeStep [B]) -> (state, TimeStep as the agent sees it)."""
+    def record(self, state: PipelineState, timestep: TimeStep, update_stats: bool):
+        """(state, raw TimeStep [B]) -> (state, TimeStep as the replay keeps it): the last
+        ``history`` raw observations stacked, rewards scaled, the statistics updated from the
+        raw observations (``update_stats``); not normalised: that is done with the latest
+        statistics whenever the step is used (``normalize``), as ALF re-applies its
+        observation transforms to replayed experience."""
         observation = jnp.asarray(timestep.observation, jnp.float32)
         stats = state.stats
-        if self.normalize:
-            if update_stats:
-                stats = stats.update(observation)
-            observation = jnp.clip(
-                (observation - stats.mean) / jnp.sqrt(stats.var + 1e-8), -self.clip, self.clip
-            )
+        if self.normalize and update_stats:
+            stats = stats.update(observation)
         history = state.history
         if self.history > 1:
             first = timestep.step_type == StepType.FIRST
@@ -106,3 +107,26 @@ class ObservationPipeline:
         return PipelineState(stats, history), timestep._replace(
             observation=observation, reward=reward
         )
+
+    def normalize_observation(self, stats, observation):
+        """Observations [..., (history,) *obs] normalised by ``stats`` (unchanged without
+        normalisation)."""
+        if not self.normalize:
+            return observation
+        scaled = (observation - stats.mean) / jnp.sqrt(stats.var + 1e-8)
+        return jnp.clip(scaled, -self.clip, self.clip)
+
+    def view(self, stats):
+        """``experience -> experience`` with observations normalised by ``stats``: what an
+        agent sees of recorded steps."""
+
+        def normalized(experience):
+            observation = self.normalize_observation(stats, experience.observation)
+            return experience._replace(observation=observation)
+
+        return normalized
+
+    def apply(self, state: PipelineState, timestep: TimeStep, update_stats: bool):
+        """(state, raw TimeStep [B]) -> (state, TimeStep as the agent sees it)."""
+        state, recorded = self.record(state, timestep, update_stats)
+        return state, self.view(state.stats)(recorded)

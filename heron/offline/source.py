@@ -1,11 +1,11 @@
 """A dataset as a source of experience: offline training through the same driver.
 
 The dataset's episodes go through the run's observation pipeline once (reward scaling,
-history stacking; normalisation by the dataset's own mean and variance, which then stay
-frozen for evaluation) and enter the agent's replay once, at the start, in one lane whose
-capacity is the dataset's size; nothing is collected afterwards. Each iteration is
-``updates_per_iteration`` learning steps sampled from that replay (no warm-up, no replay
-ratio), and counts as that many steps towards ``--steps``.
+history stacking; the dataset's own mean and variance are the normalisation statistics,
+frozen, for sampled steps and evaluation alike) and enter the agent's replay once, at the
+start, in one lane whose capacity is the dataset's size; nothing is collected afterwards.
+Each iteration is ``updates_per_iteration`` learning steps sampled from that replay (no
+warm-up, no replay ratio), and counts as that many steps towards ``--steps``.
 """
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ def dataset_statistics(observations: np.ndarray) -> RunningStats:
 
 
 def through_pipeline(pipeline: ObservationPipeline, stats, steps) -> Any:
-    """The steps [N] as the agent sees them: one scan of ``pipeline.apply`` over the dataset
-    (a batch of one env), statistics frozen."""
+    """The steps [N] as the replay keeps them: one scan of ``pipeline.record`` over the
+    dataset (a batch of one env): histories stacked, rewards scaled, not normalised."""
 
     def one(state, step):
-        state, timestep = pipeline.apply(state, jax.tree.map(lambda x: x[None], step), False)
+        state, timestep = pipeline.record(state, jax.tree.map(lambda x: x[None], step), False)
         return state, jax.tree.map(lambda x: x[0], timestep)
 
     state = PipelineState(stats, pipeline.init(1).history)
@@ -106,6 +106,9 @@ class DatasetSource:
 
     def observations(self, state: DatasetState) -> PipelineState:
         return state.observations
+
+    def view(self, state: DatasetState):
+        return self.pipeline.view(state.observations.stats)
 
     def episodes(self, state: DatasetState) -> EpisodeStats:
         return EpisodeStats.zeros(1)

@@ -148,7 +148,7 @@ class _Loop:
         stats = self.episodes(state)
         self.logged = (stats.completed, stats.return_sum, stats.return_sq_sum)
         self.evaluated = self.logged
-        self.saved_completed = int(np.sum(stats.completed))
+        self.saved_terminated = int(np.sum(stats.terminated))
         self.best = max((float(np.mean(g)) for g in self.greedy_history), default=-math.inf)
         try:
             with self._stop_on_signals():
@@ -312,12 +312,13 @@ class _Loop:
 
     def _maybe_save(self, iteration: int, state: TrainState, stats, last: bool) -> None:
         run = self.setup.run
-        completed = int(np.sum(stats.completed))
+        # Trax's rule counts episodes that are done (terminated), not truncated ones.
+        terminated = int(np.sum(stats.terminated))
         episodes_needed = run.done_frac_for_policy_save * self.setup.source.num_envs * run.seeds
-        enough = completed - self.saved_completed >= episodes_needed
+        enough = terminated - self.saved_terminated >= episodes_needed
         if last or (iteration % run.save_every_n == 0 and enough):
             self._save(iteration, state)
-            self.saved_completed = completed
+            self.saved_terminated = terminated
 
     def _progress(self, steps: int) -> None:
         if self.train_time:

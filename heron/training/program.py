@@ -7,6 +7,7 @@ learns while the replay can sample (at most the source's ``learn_limit`` times).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -42,6 +43,22 @@ class Program(NamedTuple):
     iteration: Callable
     evaluate: Callable
     restart: Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayView:
+    """``replay`` whose samples pass through ``transform`` (what the agent sees of the steps
+    the replay keeps: observations normalised with the latest statistics)."""
+
+    replay: Any
+    transform: Callable
+
+    def __getattr__(self, name):  # init, add, can_sample, sizes: the replay's own
+        return getattr(self.replay, name)
+
+    def sample(self, state, key):
+        batch, state = self.replay.sample(state, key)
+        return self.transform(batch), state
 
 
 def learn_phase(agent: Agent, replay, agent_state, replay_state, key, limit: int | None):
@@ -109,8 +126,9 @@ def make_program(agent: Agent, replay, source: Source, evaluate: Callable) -> Pr
         replay_state = (
             state.replay_state if steps is None else replay.add(state.replay_state, steps)
         )
+        seen = ReplayView(replay, source.view(source_state))
         agent_state, replay_state, metrics = learn_phase(
-            agent, replay, state.agent_state, replay_state, learn_key, source.learn_limit
+            agent, seen, state.agent_state, replay_state, learn_key, source.learn_limit
         )
         new_state = TrainState(agent_state, replay_state, source_state, key, state.iteration + 1)
         return new_state, metrics

@@ -11,8 +11,9 @@ plus what the driver needs to know about it: ``lanes`` (the replay's environment
 (what an iteration counts towards ``--steps``), ``learn_limit`` (most learning steps per
 iteration; None leaves it to the replay's rate), ``replay_sizes`` (what the source needs of
 the replay, e.g. a dataset's capacity), and readers of its state (``observations``: the
-observation pipeline's state, used by the policy when evaluating; ``episodes``: the
-episode statistics).
+observation pipeline's state, used by the policy when evaluating; ``view``: what an agent
+sees of the steps it adds, i.e. observations normalised with the latest statistics;
+``episodes``: the episode statistics).
 
 ``EnvSource`` steps environments (JAX envs, or Gymnasium envs through host callbacks);
 other packages provide the rest (a dataset, actors on other machines).
@@ -21,6 +22,7 @@ other packages provide the rest (a dataset, actors on other machines).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
 import jax
@@ -36,9 +38,10 @@ class EpisodeStats(NamedTuple):
 
     episode_return: jax.Array  # [B]
     episode_length: jax.Array  # [B]
-    completed: jax.Array  # int32: episodes completed so far
+    completed: jax.Array  # int32: episodes completed so far (terminated or truncated)
     return_sum: jax.Array  # float32: sum of their returns
     return_sq_sum: jax.Array  # float32: sum of their squared returns
+    terminated: jax.Array  # int32: episodes that ended in a terminal state (Trax's "done")
 
     @classmethod
     def zeros(cls, num_envs: int) -> EpisodeStats:
@@ -48,6 +51,7 @@ class EpisodeStats(NamedTuple):
             jnp.zeros((), jnp.int32),
             jnp.zeros((), jnp.float32),
             jnp.zeros((), jnp.float32),
+            jnp.zeros((), jnp.int32),
         )
 
     def update(self, timestep: TimeStep) -> EpisodeStats:
@@ -62,6 +66,7 @@ class EpisodeStats(NamedTuple):
             completed=self.completed + jnp.sum(last).astype(jnp.int32),
             return_sum=self.return_sum + jnp.sum(ended),
             return_sq_sum=self.return_sq_sum + jnp.sum(ended**2),
+            terminated=self.terminated + jnp.sum(last & (timestep.discount == 0)).astype(jnp.int32),
         )
 
 
@@ -80,6 +85,8 @@ class Source(Protocol):
     def restart(self, agent: Agent, agent_state, source_state, key) -> Any: ...
 
     def observations(self, source_state) -> PipelineState: ...
+
+    def view(self, source_state) -> Callable: ...
 
     def episodes(self, source_state) -> EpisodeStats: ...
 
@@ -134,11 +141,13 @@ class EnvSource:
     def _observe_and_act(
         self, agent: Agent, agent_state, raw: TimeStep, observations, carry, stats, key
     ):
-        """Episode statistics on the raw step, the pipeline's view of it, and the action."""
+        """Episode statistics on the raw step, the step as the replay keeps it, and the
+        action taken on its normalised view."""
         stats = stats.update(raw)
-        observations, timestep = self.pipeline.apply(observations, raw, update_stats=True)
+        observations, recorded = self.pipeline.record(observations, raw, update_stats=True)
+        timestep = self.pipeline.view(observations.stats)(recorded)
         action, new_carry, extras = agent.act(agent_state, timestep, carry, key)
-        return Experience.from_timestep(timestep, action, extras), observations, new_carry, stats
+        return Experience.from_timestep(recorded, action, extras), observations, new_carry, stats
 
     def _first(self, agent: Agent, agent_state, observations, stats, key) -> EnvSourceState:
         env_key, act_key = jax.random.split(key)
@@ -195,6 +204,9 @@ class EnvSource:
 
     def observations(self, state: EnvSourceState) -> PipelineState:
         return state.observations
+
+    def view(self, state: EnvSourceState):
+        return self.pipeline.view(state.observations.stats)
 
     def episodes(self, state: EnvSourceState) -> EpisodeStats:
         return state.stats

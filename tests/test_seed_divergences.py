@@ -1,0 +1,107 @@
+"""The seeds' semantics where heron used to differ from them (issue 13, part 2): each test
+tells the seed's behaviour from the old one. (PPO's target_kl: tests/test_ppo.py; recurrent
+CRR's target start state: tests/test_crr_recurrent.py; CRR per MultiDiscrete control:
+tests/test_crr.py.)"""
+
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import CountingJaxEnv, CountingParams
+from test_crr import DISCRETE, _critic_preferring_action_one, _timestep
+
+from heron import agents, api, envs
+from heron.agents import CRRConfig, NetworkConfig, PPOConfig
+from heron.agents.base import ReplayConfig
+from heron.configs import ConfigError
+from heron.training import RunConfig, checkpoints
+from heron.training.driver import seed_keys
+from heron.training.program import ReplayView
+
+
+def test_replayed_observations_are_normalised_with_the_latest_statistics():
+    """ALF re-applies its observation transform to replayed experience: the replay keeps raw
+    observations, and a sample is normalised with the statistics of the moment it is drawn
+    (not those of the moment it was collected)."""
+    config = CRRConfig(
+        network=NetworkConfig(hidden_sizes=(8,), torso="layer_norm_mlp", activation="elu"),
+        batch_size=8,
+        replay=ReplayConfig(min_size=16),
+    )
+    run = RunConfig(env="gymnax:Pendulum-v1", num_envs=4, normalize_observations=True)
+    setup = api.build("crr", config, run)
+    program = setup.program()
+    state = program.init(seed_keys([0]))
+    for _ in range(20):
+        state, _ = program.iteration(state)
+    one = jax.tree.map(lambda x: x[0], state)
+    stored = one.replay_state.data.observation[:, : int(one.replay_state.size)]
+    assert float(jnp.max(jnp.abs(stored[..., :2]))) <= 1.0 + 1e-6  # cos, sin: raw, not scaled
+    stats = setup.source.observations(one.source_state).stats
+    seen = ReplayView(setup.replay, setup.source.view(one.source_state))
+    batch, _ = seen.sample(one.replay_state, jax.random.PRNGKey(1))
+    raw, _ = setup.replay.sample(one.replay_state, jax.random.PRNGKey(1))
+    expected = np.clip((raw.observation - stats.mean) / np.sqrt(stats.var + 1e-8), -10, 10)
+    np.testing.assert_allclose(batch.observation, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_boltzmann_resampling_serves_evaluation_too():
+    """Acme's ExpQWeightedPolicy for evaluation (``crr.eval_acting boltzmann``): at
+    temperature 0 the candidate of highest Q, where the plain policy takes its mode."""
+    settings = dict(
+        network=NetworkConfig(hidden_sizes=(8,), torso="mlp", activation="tanh"),
+        num_atoms=11,
+        vmin=-10.0,
+        vmax=10.0,
+        boltzmann_samples=8,
+    )
+    timestep = _timestep(2000, (4,))
+    greedy = {}
+    for eval_acting in ("policy", "boltzmann"):
+        agent = agents.make("crr", DISCRETE, CRRConfig(eval_acting=eval_acting, **settings))
+        state = _critic_preferring_action_one(agent.init(jax.random.PRNGKey(0)), 11)
+        carry = agent.initial_carry(2000)
+        action, _ = agent.policy(state, timestep, carry, jax.random.PRNGKey(1), 0.0)
+        greedy[eval_acting] = float(jnp.mean(action == 1))
+    assert greedy["policy"] == 0.0  # the mode of a uniform policy: the first action
+    assert greedy["boltzmann"] == pytest.approx(1 - 0.5**8, abs=0.01)  # whenever one is 1
+
+
+def test_options_that_only_change_collection_are_refused_offline(tmp_path):
+    spec = envs.make("gymnax:Pendulum-v1", 1).spec
+    with pytest.raises(ConfigError, match="crr.acting boltzmann sets how experience is collected"):
+        agents.make("crr", spec, CRRConfig(acting="boltzmann"), collects=False)
+    with pytest.raises(ConfigError, match="svg0.exploration_noise widens the policy"):
+        agents.make("svg0", spec, agents.SVG0Config(exploration_noise=0.2), collects=False)
+    assert agents.make("crr", spec, CRRConfig(eval_acting="boltzmann"), collects=False)
+
+
+class NeverTerminates(CountingJaxEnv):
+    """The counting env whose episodes only ever end at the time limit (truncated)."""
+
+    def step_env(self, key, state, action, params):
+        obs, state, reward, _, info = super().step_env(key, state, action, params)
+        return obs, state, reward, jnp.array(False), info
+
+
+envs.register("Truncated-v0", lambda: (NeverTerminates(), CountingParams()))
+
+
+@pytest.mark.parametrize(
+    "env, saves", [("heron:Truncated-v0", [8]), ("heron:Counting-v0", [6, 7, 8])]
+)
+def test_the_save_rule_counts_terminated_episodes_only(tmp_path, env, saves):
+    """Trax's done_frac_for_policy_save waits for episodes that are done; truncated ones
+    (every episode of Truncated-v0) do not count, so only the final save happens."""
+    run = RunConfig(
+        env=env, steps=8 * 64, num_envs=4, save_every_n=1, done_frac_for_policy_save=0.5,
+        n_evals=1, eval_every_n=100, keep_checkpoints=3,
+    )  # fmt: skip
+    config = PPOConfig(unroll_length=16, batch_size=16)
+    api.train(api.build("ppo", config, run), str(tmp_path / "run"))
+    assert checkpoints.all_steps(str(tmp_path / "run")) == saves
+    lines = [json.loads(x) for x in open(os.path.join(tmp_path, "run", "metrics.jsonl"))]
+    assert sum(x["episodes"] for x in lines if x["kind"] == "train") > 0  # episodes ended
