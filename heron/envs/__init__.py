@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import os
 import re
 import sys
+import types
 from collections.abc import Callable
 
 from heron.envs.gym_env import GymEnv
@@ -65,10 +67,41 @@ def _naming_help() -> str:
     )
 
 
-def _gymnax_ids() -> list[str]:
+# gymnax imports every environment it has, and with them seaborn and matplotlib.pyplot
+# (only its renderers use them): loaded lazily, they cost nothing until something draws.
+_DRAWING_MODULES = ("seaborn", "matplotlib.pyplot")
+
+
+def _load_lazily(name: str) -> None:
+    """Puts a stand-in for module ``name`` in ``sys.modules`` that imports the real module
+    on its first attribute access and hands every access on to it (importlib's LazyLoader
+    loads as soon as ``import`` looks at ``__spec__`` on Python 3.11)."""
+    if name in sys.modules or importlib.util.find_spec(name) is None:
+        return
+    stand_in = types.ModuleType(name, f"{name}, imported on first use")
+
+    def load(attribute):
+        real = sys.modules.get(name)
+        if real is None or real is stand_in:
+            sys.modules.pop(name, None)
+            real = importlib.import_module(name)
+        return getattr(real, attribute)
+
+    stand_in.__getattr__ = load
+    sys.modules[name] = stand_in
+
+
+def import_gymnax():
+    """gymnax, without importing its renderers' drawing libraries until they draw."""
+    for name in _DRAWING_MODULES:
+        _load_lazily(name)
     import gymnax
 
-    return list(gymnax.registered_envs)
+    return gymnax
+
+
+def _gymnax_ids() -> list[str]:
+    return list(import_gymnax().registered_envs)
 
 
 def _gym_ids() -> list[str]:
@@ -158,9 +191,7 @@ def _resolve_custom(env_id: str):
 
 
 def _gymnax_environment_type():
-    from gymnax.environments.environment import Environment
-
-    return Environment
+    return import_gymnax().environments.environment.Environment
 
 
 def make_one(env_id: str):
@@ -169,9 +200,7 @@ def make_one(env_id: str):
     source, name = parse_env_id(env_id)
     with _building(env_id):
         if source == "gymnax":
-            import gymnax
-
-            return gymnax.make(name)
+            return import_gymnax().make(name)
         if source == "heron":
             return _HERON_ENVS[name]()
         if source == "gym":
@@ -345,10 +374,15 @@ def _building(env_id: str):
         raise EnvUnavailableError(f"cannot make {env_id}: {message}") from None
 
 
-def _register_builtin() -> None:
+def _masked_cartpole():
+    import_gymnax()
     from heron.envs.classic import masked_cartpole
 
-    register("CartPole-masked-v1", masked_cartpole)
+    return masked_cartpole()
+
+
+def _register_builtin() -> None:
+    register("CartPole-masked-v1", _masked_cartpole)
 
 
 _register_builtin()
