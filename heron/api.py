@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 
 import jax
 import numpy as np
 
-from heron import agents, envs, presets
+from heron import agents, envs, presets, transfer
 from heron.agents.base import Agent
 from heron.configs import ConfigError
 from heron.envs.wrappers import ObservationPipeline
@@ -76,10 +77,51 @@ def build(algo: str, agent_config=None, run: RunConfig | None = None) -> Setup:
         env.spec, run.normalize_observations, run.len_history_for_policy, run.reward_scale
     )
     agent = agents.make(algo, pipeline.spec, agent_config)
+    agent, record = _initialised_from(agent, run.init_from)
     source = EnvSource(env, pipeline, agent.unroll_length)
     replay = agent.make_replay(source.lanes, run.replay)
     evaluate = _evaluation(agent, run, pipeline)
-    return driver.make_setup(algo, agent_config, run, agent, replay, source, evaluate)
+    return driver.make_setup(algo, agent_config, run, agent, replay, source, evaluate, record)
+
+
+def source_parameters(run_dir: str):
+    """The parameters of ``run_dir``'s latest checkpoint: an agent run's agent state (its
+    first seed), or a world model's parameters."""
+    algo = rundir.read_config(run_dir).get("algo")
+    if algo == "world-model":
+        from heron import world_model
+
+        return world_model.load_parameters(run_dir)
+    _, _, state, _ = load_run(run_dir)
+    return jax.tree.map(lambda x: x[0], state.agent_state)
+
+
+def _initialised_from(agent: Agent, init_from: str | None):
+    """``agent`` whose ``init`` copies every parameter of ``init_from``'s latest checkpoint
+    whose path and shape match (said on stderr and recorded in config.json)."""
+    if init_from is None:
+        return agent, {}
+    source = source_parameters(init_from)
+    shapes = jax.eval_shape(agent.init, jax.random.PRNGKey(0))
+    plan = transfer.plan(shapes, source)
+    if not plan.copied:
+        raise transfer.TransferError(
+            f"nothing in {init_from!r} matches {agent.name}'s parameters by path and shape "
+            f"({len(plan.fresh)} parameters, e.g. {'/'.join(plan.fresh[0]) if plan.fresh else '-'})"
+        )
+    summary = plan.summary(init_from)
+    print(
+        f"heron: initialised from {init_from!r}: {summary['copied']} parameters copied, "
+        f"{summary['fresh']} initialised afresh",
+        file=sys.stderr,
+    )
+    original = agent.init
+    source = jax.device_put(source)
+
+    def init(key):
+        return transfer.apply(original(key), source, plan)
+
+    return dataclasses.replace(agent, init=init), {"init_from": summary}
 
 
 def _build_offline(algo: str, agent_config, run: RunConfig) -> Setup:
@@ -171,12 +213,22 @@ def resume(run_dir: str, steps: int | None = None) -> dict:
     """Continues ``run_dir`` from its latest checkpoint to its configured ``steps`` (or to a
     new budget ``steps``). With JAX environments on CPU the result equals the uninterrupted
     run's."""
-    algo, agent_config, run = load_config(run_dir)
-    if steps is not None:
-        run = dataclasses.replace(run, steps=steps)
-    setup = build(algo, agent_config, run)
+    setup = _rebuild(run_dir, **({} if steps is None else {"steps": steps}))
     _check_same_dataset(run_dir, setup)
     return driver.continue_run(setup, run_dir, rewrite_config=steps is not None)
+
+
+def _rebuild(run_dir: str, **run_changes) -> Setup:
+    """The setup of a recorded run whose checkpoint will be restored: the parameters it was
+    initialised from are in that checkpoint, so the run they came from is not read again."""
+    algo, agent_config, run = load_config(run_dir)
+    run = dataclasses.replace(run, init_from=None, **run_changes)
+    setup = build(algo, agent_config, run)
+    recorded = rundir.read_config(run_dir)
+    if "init_from" in recorded:
+        setup.record["init_from"] = recorded["init_from"]
+        setup.record["run"]["init_from"] = recorded["run"].get("init_from")
+    return setup
 
 
 def _check_same_dataset(run_dir: str, setup: Setup) -> None:
@@ -194,8 +246,7 @@ def load_run(run_dir: str, best: bool = False, **run_changes):
     """(setup, program, state, checkpoint) of the latest checkpoint of ``run_dir`` (``best``:
     of its best greedy evaluation), its run configuration changed by ``run_changes`` (e.g.
     ``n_evals``); states carry the seed axis."""
-    algo, agent_config, run = load_config(run_dir)
-    setup = build(algo, agent_config, dataclasses.replace(run, **run_changes))
+    setup = _rebuild(run_dir, **run_changes)
     kind = checkpoints.BEST if best else checkpoints.LATEST
     program, state, step = driver.restore(setup, run_dir, kind)
     return setup, program, state, step

@@ -211,6 +211,10 @@ def _refuse_renamed(algo: str, argv: list[str]) -> None:
             raise UsageError(f"{name} is no longer an option: use --{algo}.{renamed[field]}")
 
 
+# Trax's should_save_checkpoints / should_write_summaries, as flags that turn them off.
+NEGATED_FLAGS = {"--no-checkpoints": "--checkpoints=False", "--no-summaries": "--summaries=False"}
+
+
 def _split_config_option(argv: list[str]) -> tuple[str | None, list[str]]:
     """(the path given to ``--config``, the other arguments)."""
     for index, token in enumerate(argv):
@@ -259,6 +263,7 @@ def _parse_train(argv: list[str]):
             run = dataclasses.replace(run, preset=preset_run.preset)
     args_class = _train_args_class(algo)
     _refuse_renamed(algo, rest)
+    rest = [NEGATED_FLAGS.get(token, token) for token in rest]
     rest = _bare_flags_mean_true(rest, _bool_options(algo))
     default = args_class(
         **{f.name: getattr(run, f.name) for f in dataclasses.fields(RunConfig)},

@@ -57,6 +57,15 @@ class RunConfig:
     episodes do not count) between two scheduled saves (Trax's rule)."""
     keep_checkpoints: int = integer(3, 1)
     """How many of the latest checkpoints to keep."""
+    checkpoints: bool = True
+    """Save checkpoints (Trax's should_save_checkpoints); --no-checkpoints saves none, and
+    such a run cannot be resumed."""
+    summaries: bool = True
+    """Write metrics.jsonl and TensorBoard summaries (Trax's should_write_summaries);
+    --no-summaries writes neither (the final JSON line is printed all the same)."""
+    init_from: str | None = None
+    """Start from another run's parameters (its latest checkpoint): every parameter whose
+    path and shape match is copied, the rest initialised afresh."""
     dataset: str | None = None
     """Train offline from this Minari dataset directory; the env only evaluates."""
     updates_per_iteration: int | None = integer(None, 1, optional=True)

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from heron import api
-from heron.agents import PPOConfig
+from heron.agents import NetworkConfig, PPOConfig
 from heron.configs import ConfigError
 from heron.training import RunConfig, checkpoints, rundir
 
@@ -179,3 +179,81 @@ def test_the_python_policy_acts_on_raw_observations(tmp_path):
     policy.reset()
     with pytest.raises(ValueError, match=r"does not fit the run's \(4,\)"):
         policy(np.zeros(5))
+
+
+def test_no_checkpoints_and_no_summaries(tmp_path, capsys):
+    from heron.cli import main
+
+    run_dir = tmp_path / "run"
+    argv = ["train", "ppo", "--run-dir", str(run_dir), "--steps", "512", *SMALL]
+    assert main(argv + ["--no-checkpoints", "--no-summaries"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["steps"] == 512 and summary["final_eval_return"] is not None
+    assert not (run_dir / "checkpoints").exists() and not (run_dir / "metrics.jsonl").exists()
+    assert not (run_dir / "tb").exists()
+    assert main(["train", "--resume", str(run_dir)]) == 2
+    assert "trained with --no-checkpoints: it has nothing to resume" in capsys.readouterr().err
+
+
+def _parameters(setup):
+    import jax
+
+    from heron.training.driver import seed_keys
+    from heron.transfer import leaves_by_path
+
+    state = jax.tree.map(lambda x: x[0], setup.program().init(seed_keys([9])))
+    return {p: x for p, x in leaves_by_path(state.agent_state).items() if p[0] == "params"}
+
+
+def test_init_from_copies_exactly_the_matching_parameters(tmp_path, capsys):
+    import dataclasses
+
+    import jax
+    import numpy as np
+
+    from heron.transfer import leaves_by_path
+
+    source_dir = str(tmp_path / "source")
+    api.train(api.build("ppo", SMALL_PPO, _small_run(steps=512)), source_dir)
+    source = leaves_by_path(jax.tree.map(lambda x: x[0], api.load_run(source_dir)[2].agent_state))
+    run = _small_run(steps=512, init_from=source_dir)
+
+    same = _parameters(api.build("ppo", SMALL_PPO, run))  # fine-tuning: everything copied
+    assert "parameters copied, 0 initialised afresh" in capsys.readouterr().err
+    for path, leaf in same.items():
+        np.testing.assert_array_equal(leaf, source[path])
+
+    recurrent = dataclasses.replace(
+        SMALL_PPO, network=NetworkConfig(core="lstm"), sequence_length=4, batch_size=8
+    )
+    setup = api.build("ppo", recurrent, run)
+    partly = _parameters(setup)
+    record = setup.record["init_from"]
+    cores = [p for p in partly if "Core_0" in p]
+    assert cores and record["fresh"] == len(cores)  # the new LSTM starts afresh
+    assert record["copied"] == len(partly) - len(cores)
+    for path, leaf in partly.items():
+        if path not in cores:  # torsos and heads: copied leaf by leaf
+            np.testing.assert_array_equal(leaf, source[path])
+
+    narrower = dataclasses.replace(SMALL_PPO, network=NetworkConfig(hidden_sizes=(32,)))
+    with pytest.raises(ConfigError, match="parameters clash with the run to initialise from"):
+        api.build("ppo", narrower, run)
+
+
+def test_a_resumed_run_does_not_read_the_run_it_was_initialised_from(tmp_path):
+    import shutil
+
+    source_dir = str(tmp_path / "source")
+    api.train(api.build("ppo", SMALL_PPO, _small_run(steps=256)), source_dir)
+    run_dir = str(tmp_path / "run")
+    run = _small_run(steps=512, init_from=source_dir)
+    api.train(api.build("ppo", SMALL_PPO, dataclasses_replace(run, steps=256)), run_dir)
+    shutil.rmtree(source_dir)  # gone: its parameters are in the run's checkpoint
+    assert api.resume(run_dir, steps=512)["steps"] == 512
+
+
+def dataclasses_replace(config, **changes):
+    import dataclasses
+
+    return dataclasses.replace(config, **changes)

@@ -128,12 +128,17 @@ class _Loop:
         self.greedy_history: list[np.ndarray] = []  # [K] greedy returns per evaluation
         self.train_time, self.timed_steps = 0.0, 0
         self.latest_return = math.nan  # mean return of the latest episodes to end
-        self.checkpointer = checkpoints.Checkpointer(run_dir, run.keep_checkpoints)
-        self.best_checkpointer = checkpoints.Checkpointer(run_dir, 1, kind=checkpoints.BEST)
+        self.checkpointer = self.best_checkpointer = None
+        if run.checkpoints:
+            self.checkpointer = checkpoints.Checkpointer(run_dir, run.keep_checkpoints)
+            self.best_checkpointer = checkpoints.Checkpointer(run_dir, 1, kind=checkpoints.BEST)
         self.stop_signal: int | None = None
         self.saved_iteration: int | None = None
         self.logger = RunLogger(
-            run_dir, setup.iterations * setup.steps_per_iteration, seeds=run.seeds
+            run_dir,
+            setup.iterations * setup.steps_per_iteration,
+            seeds=run.seeds,
+            summaries=run.summaries,
         )
 
     def wall(self) -> float:
@@ -158,8 +163,9 @@ class _Loop:
                         self._stop(i + 1, state)
         finally:
             self.logger.close()
-            self.checkpointer.close()
-            self.best_checkpointer.close()
+            for checkpointer in (self.checkpointer, self.best_checkpointer):
+                if checkpointer is not None:
+                    checkpointer.close()
         return state
 
     def _iteration(self, state: TrainState, i: int, first: int) -> TrainState:
@@ -205,12 +211,17 @@ class _Loop:
 
     def _stop(self, iteration: int, state: TrainState) -> None:
         steps = iteration * self.setup.steps_per_iteration
-        if self.saved_iteration != iteration:
-            self._save(iteration, state)
         name = signal.Signals(self.stop_signal).name
         self.logger.write(
             {"kind": "note", "step": steps, "wall_s": self.wall(), "message": f"stopped by {name}"}
         )
+        if self.checkpointer is None:
+            raise RunInterrupted(
+                f"{name} at step {steps}; the run saves no checkpoints (--no-checkpoints)",
+                self.stop_signal,
+            )
+        if self.saved_iteration != iteration:
+            self._save(iteration, state)
         raise RunInterrupted(
             f"{name} at step {steps}: checkpoint {iteration} saved; continue with "
             f"`heron train --resume {self.run_dir}`",
@@ -228,12 +239,15 @@ class _Loop:
             else "the learner's, from finite observations and rewards"
         )
         saved = checkpoints.latest_step(self.run_dir)
-        kept = (
-            f"the last good checkpoint ({saved}) in {self.run_dir!r} is kept"
-            if saved is not None
-            else f"no checkpoint was written yet: `heron train --resume {self.run_dir}` "
-            "starts it again"
-        )
+        if self.checkpointer is None:
+            kept = "the run saves no checkpoints (--no-checkpoints)"
+        elif saved is not None:
+            kept = f"the last good checkpoint ({saved}) in {self.run_dir!r} is kept"
+        else:
+            kept = (
+                f"no checkpoint was written yet: `heron train --resume {self.run_dir}` "
+                "starts it again"
+            )
         raise TrainingError(
             f"non-finite {', '.join(bad)} at step {steps} ({where}); training stopped, {kept}"
         )
@@ -304,11 +318,13 @@ class _Loop:
         mean = float(np.mean(greedy))
         if math.isfinite(mean) and mean > self.best:  # SB3's best model: the best greedy eval
             self.best = mean
-            self.best_checkpointer.save(index + 1, state, self.setup.record)
+            if self.best_checkpointer is not None:
+                self.best_checkpointer.save(index + 1, state, self.setup.record)
 
     def _save(self, iteration: int, state: TrainState) -> None:
-        self.checkpointer.save(iteration, state, self.setup.record)
-        self.saved_iteration = iteration
+        if self.checkpointer is not None:
+            self.checkpointer.save(iteration, state, self.setup.record)
+            self.saved_iteration = iteration
 
     def _maybe_save(self, iteration: int, state: TrainState, stats, last: bool) -> None:
         run = self.setup.run
@@ -410,6 +426,10 @@ def continue_run(setup: Setup, run_dir: str, rewrite_config: bool = False) -> di
     """Continues ``run_dir`` from its latest checkpoint to the setup's steps (a run stopped
     before its first checkpoint starts again from the beginning). With JAX environments on
     CPU the result equals the uninterrupted run's."""
+    if not setup.run.checkpoints:
+        raise ConfigError(
+            f"{run_dir!r} was trained with --no-checkpoints: it has nothing to resume from"
+        )
     with rundir.RunLock(run_dir):
         if checkpoints.latest_step(run_dir) is None:
             print(

@@ -30,10 +30,18 @@ class RunLogger:
     """
 
     def __init__(
-        self, run_dir: str, total_steps: int, tensorboard: bool = True, seeds: int | None = None
+        self,
+        run_dir: str,
+        total_steps: int,
+        tensorboard: bool = True,
+        seeds: int | None = None,
+        summaries: bool = True,
     ):
-        self._file = open(os.path.join(run_dir, "metrics.jsonl"), "a", buffering=1)
-        self._tb_dir = os.path.join(run_dir, "tb") if tensorboard else None
+        """``summaries=False`` (Trax's should_write_summaries) writes neither file; the
+        progress reports go on."""
+        path = os.path.join(run_dir, "metrics.jsonl")
+        self._file = open(path, "a", buffering=1) if summaries else None
+        self._tb_dir = os.path.join(run_dir, "tb") if tensorboard and summaries else None
         self._per_seed = (configured_seeds(run_dir) if seeds is None else seeds) > 1
         self._writers: dict[str, Any] = {}
         if self._tb_dir is not None and not self._per_seed:
@@ -50,6 +58,8 @@ class RunLogger:
         return self._writers[name]
 
     def write(self, record: dict) -> None:
+        if self._file is None:
+            return
         record = {key: _jsonable(value) for key, value in record.items()}
         try:
             self._file.write(json.dumps(record) + "\n")
@@ -72,7 +82,8 @@ class RunLogger:
 
     def close(self) -> None:
         self._progress.close()
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
         for writer in self._writers.values():
             writer.close()
 
