@@ -40,7 +40,6 @@ from heron.networks import (
     flat_observation,
     make_network,
 )
-from heron.schedules import as_schedule
 from heron.specs import EnvSpec
 from heron.types import StepType, TimeStep
 
@@ -143,6 +142,7 @@ class CRRState(NamedTuple):
     policy_opt_state: Any
     critic_opt_state: Any
     update_step: jax.Array  # int32
+    controls: Any = ()  # {hyperparameter: multiplier} a controller may change
 
 
 def networks(spec: EnvSpec, config: CRRConfig) -> tuple[Network, Network]:
@@ -178,8 +178,7 @@ def _build(spec: EnvSpec, config: CRRConfig, devices):
     warn_zero_start(config, "crr")
     action_spec = spec.action
     atoms = jnp.linspace(config.vmin, config.vmax, config.num_atoms)
-    learning_rate = as_schedule(config.learning_rate)
-    discount = as_schedule(config.discount)
+    hyper = learning.Hyperparameters(config, ("learning_rate", "discount"))
     improvement = POLICY_IMPROVEMENT[config.policy_improvement_mode]
     reduce_baseline = BASELINE_REDUCE[config.baseline_reduce]
     clip = (
@@ -187,8 +186,8 @@ def _build(spec: EnvSpec, config: CRRConfig, devices):
         if math.isinf(config.max_grad_norm)
         else [optax.clip_by_global_norm(config.max_grad_norm)]
     )
-    policy_optimizer = optax.chain(*clip, optax.adam(learning_rate))
-    critic_optimizer = optax.chain(*clip, optax.adam(learning_rate))
+    policy_optimizer = optax.chain(*clip, optax.scale_by_adam())
+    critic_optimizer = optax.chain(*clip, optax.scale_by_adam())
     policy, critic = networks(spec, config)
     recurrent = config.network.recurrent
 
@@ -216,6 +215,7 @@ def _build(spec: EnvSpec, config: CRRConfig, devices):
             policy_optimizer.init(policy_params),
             critic_optimizer.init(critic_params),
             jnp.zeros((), jnp.int32),
+            hyper.initial_controls(),
         )
 
     def initial_carry(batch_size: int):
@@ -336,7 +336,8 @@ def _build(spec: EnvSpec, config: CRRConfig, devices):
         action = from_box(action_spec, batch.action)
         first = batch.step_type == StepType.FIRST
         mask = (batch.step_type[:-1] != StepType.LAST).astype(jnp.float32)  # no reset transitions
-        gamma = discount(state.update_step)
+        step, controls = state.update_step, state.controls
+        gamma = hyper("discount", step, controls)
 
         target_probs = next_step_targets(state, batch, target_key).reshape(-1, config.num_atoms)
 
@@ -390,9 +391,14 @@ def _build(spec: EnvSpec, config: CRRConfig, devices):
         policy_updates, policy_opt_state = policy_optimizer.update(
             policy_grads, state.policy_opt_state, state.policy_params
         )
-        critic_params = optax.apply_updates(state.critic_params, critic_updates)
-        policy_params = optax.apply_updates(state.policy_params, policy_updates)
-        step_count = state.update_step + 1
+        rate = hyper("learning_rate", step, controls)
+        critic_params = optax.apply_updates(
+            state.critic_params, learning.descend(critic_updates, rate)
+        )
+        policy_params = optax.apply_updates(
+            state.policy_params, learning.descend(policy_updates, rate)
+        )
+        step_count = step + 1
 
         def target(online, old):  # hard copies every target_update_period updates
             return optax.periodic_update(online, old, step_count, config.target_update_period)
@@ -405,15 +411,15 @@ def _build(spec: EnvSpec, config: CRRConfig, devices):
             policy_opt_state=policy_opt_state,
             critic_opt_state=critic_opt_state,
             update_step=step_count,
+            controls=controls,
         )
         metrics = {
             **critic_metrics,
             **policy_metrics,
             "grad_norm/critic": optax.tree.norm(critic_grads),
             "grad_norm/policy": optax.tree.norm(policy_grads),
+            **hyper.metrics(step, controls),
         }
-        if not learning_rate.is_constant:
-            metrics["schedule/learning_rate"] = learning_rate(state.update_step)
         return new_state, metrics
 
     update = learning.data_parallel(update, devices or jax.devices(), "crr", config.batch_size)

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 
 from heron import parallel, replay
 from heron.configs import ConfigError
+from heron.schedules import as_schedule
 
 
 def sequences(batch, length: int, stride: int):
@@ -192,3 +193,34 @@ def data_parallel(update: Callable, devices, agent: str, batch_size: int) -> Cal
             f"{len(devices)} devices: choose a multiple of {len(devices)}"
         )
     return parallel.shard_update(update, devices)
+
+
+class Hyperparameters:
+    """An agent's scheduled hyperparameters (heron.schedules over its update counter), each
+    scaled by a multiplier a controller may change between iterations. The multipliers live
+    in the agent's state (``state.controls``, 1.0 at first), so they are checkpointed and a
+    resumed run continues with the values in effect."""
+
+    def __init__(self, config, names: tuple[str, ...]):
+        self.schedules = {name: as_schedule(getattr(config, name)) for name in names}
+
+    def initial_controls(self) -> dict:
+        return {name: jnp.ones((), jnp.float32) for name in self.schedules}
+
+    def __call__(self, name: str, step, controls):
+        """The value of ``name`` at ``step`` under the controls in effect."""
+        return self.schedules[name](step) * controls[name]
+
+    def metrics(self, step, controls) -> dict:
+        """``schedule/<name>``: the values in effect of the hyperparameters that change."""
+        return {
+            f"schedule/{name}": self(name, step, controls)
+            for name, schedule in self.schedules.items()
+            if not schedule.is_constant
+        }
+
+
+def descend(updates, learning_rate):
+    """Optimiser updates (e.g. Adam's direction, ``optax.scale_by_adam``) times the learning
+    rate in effect, as gradient descent: ``-learning_rate * updates``."""
+    return jax.tree.map(lambda u: -learning_rate * u, updates)

@@ -35,7 +35,6 @@ from heron.networks import (
     make_network,
     stack,
 )
-from heron.schedules import as_schedule
 from heron.specs import EnvSpec
 from heron.types import Experience, StepType, TimeStep
 
@@ -145,6 +144,7 @@ class PPOState(NamedTuple):
     params: Any
     opt_state: Any
     update_step: jax.Array  # int32: optimiser steps taken
+    controls: Any = ()  # {hyperparameter: multiplier} a controller may change
 
 
 class PPOBatch(NamedTuple):
@@ -186,11 +186,13 @@ def policy_value_network(spec: EnvSpec, config: PPOConfig):
     return make_network(config.network, Heads({"policy": policy_head, "value": value_head}), size)
 
 
-def gae_batch(config: PPOConfig, update_step, experience: Experience) -> PPOBatch:
+def gae_batch(config: PPOConfig, update_step, experience: Experience, controls=None) -> PPOBatch:
     """Experience [B, T+1] -> PPOBatch [B, T] (step T only bootstraps): GAE advantages and
     value targets at the discount and lambda in effect at ``update_step``."""
-    discount = as_schedule(config.discount)(update_step)
-    gae_lambda = as_schedule(config.gae_lambda)(update_step)
+    hyper = learning.Hyperparameters(config, ("discount", "gae_lambda"))
+    controls = hyper.initial_controls() if controls is None else controls
+    discount = hyper("discount", update_step, controls)
+    gae_lambda = hyper("gae_lambda", update_step, controls)
     values = extra(experience, "value", "ppo", "the behaviour policy's value estimates")
     is_last = (experience.step_type == StepType.LAST).astype(jnp.float32)
     # The transition out of a LAST step is a reset, not a transition: cut the trace there.
@@ -221,13 +223,13 @@ def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None, collects: bool = Tr
     del collects  # PPO always collects (a dataset is refused: it learns on-policy)
     warn_zero_start(config, "ppo")
     network = policy_value_network(spec, config)
-    schedules = {name: as_schedule(getattr(config, name)) for name in SCHEDULED}
+    hyper = learning.Hyperparameters(config, SCHEDULED)
     clip = (
         []
         if math.isinf(config.max_grad_norm)
         else [optax.clip_by_global_norm(config.max_grad_norm)]
     )
-    optimizer = optax.chain(*clip, optax.adam(schedules["learning_rate"], eps=1e-5))
+    optimizer = optax.chain(*clip, optax.scale_by_adam(eps=1e-5))
     use_rollout_state = config.use_rollout_state
 
     def flat(observation):
@@ -235,7 +237,9 @@ def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None, collects: bool = Tr
 
     def init(key) -> PPOState:
         params = network.init(key)
-        return PPOState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
+        return PPOState(
+            params, optimizer.init(params), jnp.zeros((), jnp.int32), hyper.initial_controls()
+        )
 
     def initial_carry(batch_size: int):
         return network.initial_state((batch_size,))
@@ -270,9 +274,9 @@ def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None, collects: bool = Tr
         log_ratio = dist.log_prob(batch.action) - batch.log_prob
         return parallel.device_mean(masked_mean(jnp.expm1(log_ratio) - log_ratio, batch.mask))
 
-    def loss(params, batch: PPOBatch, step):
+    def loss(params, batch: PPOBatch, step, controls):
         """The PPO loss on a mini-batch of sequences [L, M]."""
-        epsilon = schedules["epsilon"](step)
+        epsilon = hyper("epsilon", step, controls)
         out = outputs(params, batch)
         dist = distributions.make(spec.action, out["policy"])
         log_ratio = dist.log_prob(batch.action) - batch.log_prob
@@ -289,8 +293,8 @@ def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None, collects: bool = Tr
         entropy = masked_mean(dist.entropy(), batch.mask)
         total = (
             policy_loss
-            + schedules["value_cost"](step) * value_loss
-            - schedules["entropy_cost"](step) * entropy
+            + hyper("value_cost", step, controls) * value_loss
+            - hyper("entropy_cost", step, controls) * entropy
         )
         metrics = {
             "loss/total": total,
@@ -307,22 +311,22 @@ def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None, collects: bool = Tr
     def update(state: PPOState, batch: PPOBatch, key):
         """One optimiser step on a mini-batch of sequences [L, M]."""
         del key
-        grads, metrics = jax.grad(loss, has_aux=True)(state.params, batch, state.update_step)
+        step, controls = state.update_step, state.controls
+        grads, metrics = jax.grad(loss, has_aux=True)(state.params, batch, step, controls)
         grads, metrics = parallel.device_mean((grads, metrics))
-        for name, schedule in schedules.items():
-            if not schedule.is_constant:
-                metrics[f"schedule/{name}"] = schedule(state.update_step)
+        metrics.update(hyper.metrics(step, controls))
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        updates = learning.descend(updates, hyper("learning_rate", step, controls))
         params = optax.apply_updates(state.params, updates)
         metrics["grad_norm"] = optax.tree.norm(grads)
-        return PPOState(params, opt_state, state.update_step + 1), metrics
+        return PPOState(params, opt_state, step + 1, controls), metrics
 
     update = learning.data_parallel(update, devices or jax.devices(), "ppo", config.batch_size)
 
     def learn(state: PPOState, replay_, replay_state, key):
         sample_key, update_key = jax.random.split(key)
         experience, replay_state = replay_.sample(replay_state, sample_key)
-        batch = gae_batch(config, state.update_step, experience)
+        batch = gae_batch(config, state.update_step, experience, state.controls)
         stop = None
         if not math.isinf(config.target_kl):
             whole = learning.time_major(batch)  # the KL is measured on every step of the batch

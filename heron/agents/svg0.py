@@ -65,7 +65,6 @@ from heron.agents.ppo import check_recurrence, warn_zero_start
 from heron.configs import integer, number, scheduled
 from heron.networks import DenseHead, PolicyHead, distributions, flat_observation, make_network
 from heron.networks.network import Network, NetworkConfig
-from heron.schedules import as_schedule
 from heron.specs import EnvSpec
 from heron.types import Experience, StepType, TimeStep
 
@@ -131,6 +130,7 @@ class SVG0State(NamedTuple):
     critic_opt_state: Any
     prior_opt_state: Any  # () without a prior
     update_step: jax.Array  # int32
+    controls: Any = ()  # {hyperparameter: multiplier} a controller may change
 
 
 # --------------------------------------------------------------------------- loss pieces
@@ -293,19 +293,15 @@ def _build(spec: EnvSpec, config: SVG0Config, devices) -> tuple[Agent, Callable]
     warn_zero_start(config, "svg0")
     policy, critic = networks(spec, config)
     names = ("policy", "critic", "prior") if config.prior else ("policy", "critic")
-    learning_rates = {
-        name: as_schedule(getattr(config, f"{name}_learning_rate"))
-        for name in ("policy", "critic", "prior")
-    }
-    discount = as_schedule(config.discount)
+    hyper = learning.Hyperparameters(
+        config, ("discount", *(f"{name}_learning_rate" for name in names))
+    )
     clip = (
         []
         if math.isinf(config.max_grad_norm)
         else [optax.clip_by_global_norm(config.max_grad_norm)]
     )
-    optimizers = {
-        name: optax.chain(*clip, optax.adam(rate)) for name, rate in learning_rates.items()
-    }
+    optimizers = {name: optax.chain(*clip, optax.scale_by_adam()) for name in names}
     num_samples = config.num_action_samples
 
     def flat(observation):
@@ -330,6 +326,7 @@ def _build(spec: EnvSpec, config: SVG0Config, devices) -> tuple[Agent, Callable]
             optimizers["critic"].init(critic_params),
             optimizers["prior"].init(prior_params) if config.prior else (),
             jnp.zeros((), jnp.int32),
+            hyper.initial_controls(),
         )
 
     def initial_carry(batch_size):
@@ -470,19 +467,22 @@ def _build(spec: EnvSpec, config: SVG0Config, devices) -> tuple[Agent, Callable]
         """Every intermediate of ``update`` on ``batch`` [S, B] with ``key``."""
         inputs = inputs_of(batch)
         target_key, _ = jax.random.split(key)
-        partial, _ = targets(state, inputs, target_key, discount(state.update_step))
+        gamma = hyper("discount", state.update_step, state.controls)
+        partial, _ = targets(state, inputs, target_key, gamma)
         _, online_q = critic_loss(state.critic_params, inputs, partial.retrace_qs)
         return partial._replace(online_q=online_q)
 
-    def apply(name, grads, opt_state, params):
+    def apply(name, grads, opt_state, params, state: SVG0State):
         updates, opt_state = optimizers[name].update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state
+        rate = hyper(f"{name}_learning_rate", state.update_step, state.controls)
+        return optax.apply_updates(params, learning.descend(updates, rate)), opt_state
 
     def update(state: SVG0State, batch: Experience, key):
         """One step of each optimiser on sequences [S, B]; hard target copies on schedule."""
         target_key, policy_key = jax.random.split(key)
         inputs = inputs_of(batch)
-        partial, critic_states = targets(state, inputs, target_key, discount(state.update_step))
+        gamma = hyper("discount", state.update_step, state.controls)
+        partial, critic_states = targets(state, inputs, target_key, gamma)
         (critic_value, _), critic_grads = jax.value_and_grad(critic_loss, has_aux=True)(
             state.critic_params, inputs, partial.retrace_qs
         )
@@ -499,14 +499,14 @@ def _build(spec: EnvSpec, config: SVG0Config, devices) -> tuple[Agent, Callable]
             (critic_grads, policy_grads, prior_grads, metrics)
         )
         critic_params, critic_opt_state = apply(
-            "critic", critic_grads, state.critic_opt_state, state.critic_params
+            "critic", critic_grads, state.critic_opt_state, state.critic_params, state
         )
         policy_params, policy_opt_state = apply(
-            "policy", policy_grads, state.policy_opt_state, state.policy_params
+            "policy", policy_grads, state.policy_opt_state, state.policy_params, state
         )
         if config.prior:
             prior_params, prior_opt_state = apply(
-                "prior", prior_grads, state.prior_opt_state, state.prior_params
+                "prior", prior_grads, state.prior_opt_state, state.prior_params, state
             )
         else:
             prior_params, prior_opt_state = (), ()
@@ -526,12 +526,11 @@ def _build(spec: EnvSpec, config: SVG0Config, devices) -> tuple[Agent, Callable]
             critic_opt_state=critic_opt_state,
             prior_opt_state=prior_opt_state,
             update_step=step,
+            controls=state.controls,
         )
         metrics["grad_norm/critic"] = optax.tree.norm(critic_grads)
         metrics["grad_norm/policy"] = optax.tree.norm(policy_grads)
-        for name, rate in learning_rates.items():
-            if not rate.is_constant and name in names:
-                metrics[f"schedule/{name}_learning_rate"] = rate(state.update_step)
+        metrics.update(hyper.metrics(state.update_step, state.controls))
         return new_state, metrics
 
     sharded = learning.data_parallel(update, devices or jax.devices(), "svg0", config.batch_size)
