@@ -61,8 +61,10 @@ def _evaluation(agent: Agent, run: RunConfig, pipeline: ObservationPipeline):
     return make_evaluate(agent, eval_env, run.eval_temperatures, pipeline, SEED_AXIS)
 
 
-def build(algo: str, agent_config=None, run: RunConfig | None = None) -> Setup:
-    """Validates and builds a run: source, agent, replay, evaluation. Writes nothing."""
+def build(algo: str, agent_config=None, run: RunConfig | None = None, controller=None) -> Setup:
+    """Validates and builds a run: source, agent, replay, evaluation. Writes nothing.
+    ``controller``: any callable ``history -> {hyperparameter: multiplier}`` called at each
+    evaluation (see heron/training/controllers.py; ``run.controller`` names a built-in)."""
     config_type = agents.config_class(algo)  # an unknown algorithm: a clear error first
     agent_config = config_type() if agent_config is None else agent_config
     run = RunConfig() if run is None else run
@@ -70,7 +72,7 @@ def build(algo: str, agent_config=None, run: RunConfig | None = None) -> Setup:
         run = dataclasses.replace(run, preset=presets.NONE)
     envs.import_env_module(run.env_module)  # its registrations make the env id resolve
     if run.dataset is not None:
-        return _build_offline(algo, agent_config, run)
+        return _build_offline(algo, agent_config, run, controller)
     env = envs.make(run.env, run.num_envs, run.max_timestep)
     _check_seeds(run, env)
     pipeline = ObservationPipeline(
@@ -81,7 +83,9 @@ def build(algo: str, agent_config=None, run: RunConfig | None = None) -> Setup:
     source = EnvSource(env, pipeline, agent.unroll_length)
     replay = agent.make_replay(source.lanes, run.replay)
     evaluate = _evaluation(agent, run, pipeline)
-    return driver.make_setup(algo, agent_config, run, agent, replay, source, evaluate, record)
+    return driver.make_setup(
+        algo, agent_config, run, agent, replay, source, evaluate, record, controller
+    )
 
 
 def source_parameters(run_dir: str):
@@ -124,7 +128,7 @@ def _initialised_from(agent: Agent, init_from: str | None):
     return dataclasses.replace(agent, init=init), {"init_from": summary}
 
 
-def _build_offline(algo: str, agent_config, run: RunConfig) -> Setup:
+def _build_offline(algo: str, agent_config, run: RunConfig, controller=None) -> Setup:
     """An offline run: no training environments; the dataset fills the replay once."""
     if not run.separate_eval:
         raise ConfigError(
@@ -148,7 +152,9 @@ def _build_offline(algo: str, agent_config, run: RunConfig) -> Setup:
     replay = agent.make_replay(source.lanes, "uniform", **source.replay_sizes)
     evaluate = _evaluation(agent, run, pipeline)
     record = {"dataset": {**dataset.summary(), "content_sha256": content_hash(dataset)}}
-    return driver.make_setup(algo, agent_config, run, agent, replay, source, evaluate, record)
+    return driver.make_setup(
+        algo, agent_config, run, agent, replay, source, evaluate, record, controller
+    )
 
 
 def train(setup: Setup, run_dir: str | None = None) -> dict:
@@ -209,21 +215,21 @@ def load_config(run_dir: str):
     return configs_from_record(record, os.path.join(run_dir, rundir.CONFIG))
 
 
-def resume(run_dir: str, steps: int | None = None) -> dict:
+def resume(run_dir: str, steps: int | None = None, controller=None) -> dict:
     """Continues ``run_dir`` from its latest checkpoint to its configured ``steps`` (or to a
     new budget ``steps``). With JAX environments on CPU the result equals the uninterrupted
     run's."""
-    setup = _rebuild(run_dir, **({} if steps is None else {"steps": steps}))
+    setup = _rebuild(run_dir, controller, **({} if steps is None else {"steps": steps}))
     _check_same_dataset(run_dir, setup)
     return driver.continue_run(setup, run_dir, rewrite_config=steps is not None)
 
 
-def _rebuild(run_dir: str, **run_changes) -> Setup:
+def _rebuild(run_dir: str, controller=None, **run_changes) -> Setup:
     """The setup of a recorded run whose checkpoint will be restored: the parameters it was
     initialised from are in that checkpoint, so the run they came from is not read again."""
     algo, agent_config, run = load_config(run_dir)
     run = dataclasses.replace(run, init_from=None, **run_changes)
-    setup = build(algo, agent_config, run)
+    setup = build(algo, agent_config, run, controller)
     recorded = rundir.read_config(run_dir)
     if "init_from" in recorded:
         setup.record["init_from"] = recorded["init_from"]

@@ -63,6 +63,10 @@ class RunConfig:
     summaries: bool = True
     """Write metrics.jsonl and TensorBoard summaries (Trax's should_write_summaries);
     --no-summaries writes neither (the final JSON line is printed all the same)."""
+    controller: str | None = None
+    """Change hyperparameters as the run goes (Trax's controller), e.g.
+    ``plateau(learning_rate, 0.5, 3)``: halve the learning rate whenever the greedy
+    evaluation has not improved for 3 evaluations (see heron/training/controllers.py)."""
     init_from: str | None = None
     """Start from another run's parameters (its latest checkpoint): every parameter whose
     path and shape match is copied, the rest initialised afresh."""

@@ -30,7 +30,7 @@ import numpy as np
 from heron.agents.base import Agent
 from heron.configs import ConfigError
 from heron.run_config import RunConfig
-from heron.training import checkpoints, rundir
+from heron.training import checkpoints, controllers, rundir
 from heron.training.logging import RunLogger
 from heron.training.program import NON_FINITE, Program, TrainState, make_program
 from heron.training.sources import Source
@@ -65,6 +65,7 @@ class Setup:
     source: Source
     evaluate: Any  # (agent_state, observations, key) -> returns [n_temperatures, n]
     record: dict  # config.json's entries
+    controller: Any = None  # history -> {hyperparameter: multiplier}, at each evaluation
 
     @property
     def steps_per_iteration(self) -> int:
@@ -87,7 +88,7 @@ class Setup:
 
 
 def make_setup(
-    algo, agent_config, run, agent, replay, source, evaluate, extra_record=None
+    algo, agent_config, run, agent, replay, source, evaluate, extra_record=None, controller=None
 ) -> Setup:
     """A setup whose config.json records the run, the agent's config and ``extra_record``;
     traces one iteration abstractly, so an agent that cannot learn from the source (e.g.
@@ -102,7 +103,9 @@ def make_setup(
         "heron_version": __version__,
         **(extra_record or {}),
     }
-    setup = Setup(algo, agent_config, run, agent, replay, source, evaluate, record)
+    if controller is None and run.controller is not None:
+        controller = controllers.parse_controller(run.controller)
+    setup = Setup(algo, agent_config, run, agent, replay, source, evaluate, record, controller)
     program = setup.program()
     state = jax.eval_shape(program.init, seed_keys(setup.seeds))
     jax.eval_shape(program.iteration, state)
@@ -133,6 +136,7 @@ class _Loop:
             self.checkpointer = checkpoints.Checkpointer(run_dir, run.keep_checkpoints)
             self.best_checkpointer = checkpoints.Checkpointer(run_dir, 1, kind=checkpoints.BEST)
         self.stop_signal: int | None = None
+        self.history: list[dict] = []  # every line written, for the controller
         self.saved_iteration: int | None = None
         self.logger = RunLogger(
             run_dir,
@@ -185,6 +189,7 @@ class _Loop:
         last = i + 1 == setup.iterations
         if (i + 1) % run.eval_every_n == 0 or last:
             self._evaluate(state, i, steps, stats)
+            state = self._control(state, steps)
         self._maybe_save(i + 1, state, stats, last)
         self._progress(steps)
         return state
@@ -212,7 +217,7 @@ class _Loop:
     def _stop(self, iteration: int, state: TrainState) -> None:
         steps = iteration * self.setup.steps_per_iteration
         name = signal.Signals(self.stop_signal).name
-        self.logger.write(
+        self._write(
             {"kind": "note", "step": steps, "wall_s": self.wall(), "message": f"stopped by {name}"}
         )
         if self.checkpointer is None:
@@ -270,7 +275,7 @@ class _Loop:
             self.latest_return = float(np.nanmean(mean))
         wall = self.wall()
         for k, seed in enumerate(self.setup.seeds):
-            self.logger.write(
+            self._write(
                 {
                     "kind": "train",
                     "step": steps,
@@ -302,7 +307,7 @@ class _Loop:
         wall = self.wall()
         for seed, seed_results in zip(self.setup.seeds, results, strict=True):
             for temperature, (mean, std, episodes) in zip(temperatures, seed_results, strict=True):
-                self.logger.write(
+                self._write(
                     {
                         "kind": "eval",
                         "step": steps,
@@ -320,6 +325,34 @@ class _Loop:
             self.best = mean
             if self.best_checkpointer is not None:
                 self.best_checkpointer.save(index + 1, state, self.setup.record)
+
+    def _write(self, record: dict) -> None:
+        self.history.append(record)
+        self.logger.write(record)
+
+    def _control(self, state: TrainState, steps: int) -> TrainState:
+        """The controller's multipliers for each seed, from that seed's history."""
+        if self.setup.controller is None:
+            return state
+        controls = jax.device_get(state.agent_state.controls)
+        changed = False
+        for k, seed in enumerate(self.setup.seeds):
+            values = self.setup.controller([r for r in self.history if r.get("seed") == seed])
+            controllers.check_names(values, tuple(controls))
+            if all(float(controls[name][k]) == float(v) for name, v in values.items()):
+                continue
+            for name, value in values.items():
+                controls[name] = np.array(controls[name])
+                controls[name][k] = value
+            changed = True
+            self._write(
+                {"kind": "control", "step": steps, "wall_s": self.wall(), "seed": seed,
+                 "values": {name: float(v) for name, v in values.items()}}
+            )  # fmt: skip
+        if not changed:
+            return state
+        controls = jax.tree.map(jax.numpy.asarray, controls)
+        return state._replace(agent_state=state.agent_state._replace(controls=controls))
 
     def _save(self, iteration: int, state: TrainState) -> None:
         if self.checkpointer is not None:
@@ -476,10 +509,11 @@ def _continue(setup: Setup, run_dir: str, rewrite_config: bool) -> dict:
     wall_offset = max((r.get("wall_s") or 0.0 for r in records), default=0.0)
     loop = _Loop(setup, run_dir, program, wall_offset)
     loop.greedy_history = rundir.greedy_history(records, setup.greedy_temperature, setup.seeds)
+    loop.history = list(records)
     note = setup.source.resume_note
     if note is not None:
         print(f"heron: {note}", file=sys.stderr)
-        loop.logger.write(
+        loop._write(
             {
                 "kind": "note",
                 "step": iteration * setup.steps_per_iteration,
