@@ -292,8 +292,8 @@ def test_off_policy_resume_is_exact(tmp_path, monkeypatch):
     class Killed(Exception):
         pass
 
-    def save_then_die(self, step, state):
-        original(self, step, state)
+    def save_then_die(self, step, state, record=None):
+        original(self, step, state, record)
         if step == 32:
             raise Killed
 

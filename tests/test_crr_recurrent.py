@@ -136,8 +136,8 @@ def test_recurrent_crr_runs_and_resumes_through_the_driver(tmp_path, monkeypatch
     class Killed(Exception):
         pass
 
-    def save_then_die(self, step, state):
-        original(self, step, state)
+    def save_then_die(self, step, state, record=None):
+        original(self, step, state, record)
         if step == 16:
             raise Killed
 

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 from conftest import TIME_LIMIT, rollout
 
-from heron import agents, envs
+from heron import envs
 from heron.agents import PPOConfig
+from heron.agents.ppo import gae_batch
 from heron.types import Experience, StepType
 
 FIRST, MID, LAST = StepType.FIRST, StepType.MID, StepType.LAST
@@ -39,7 +40,7 @@ def _value_targets(env_id, actions, gamma):
     """PPO's value targets (lambda 0) on a rollout whose 'value' of a step is 10 x its obs."""
     env = envs.make(env_id, num_envs=1)
     steps = rollout(env, actions)
-    agent = agents.make("ppo", env.spec, PPOConfig(gamma=gamma, gae_lambda=0.0))
+    config = PPOConfig(discount=gamma, gae_lambda=0.0)
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs, axis=1), *steps)  # [B, T+1]
     values = 10.0 * stacked.observation[..., 0]
     experience = Experience.from_timestep(
@@ -47,7 +48,7 @@ def _value_targets(env_id, actions, gamma):
         jnp.zeros_like(stacked.step_type),
         extras={"value": values, "log_prob": jnp.zeros_like(values)},
     )
-    batch = agent.preprocess(agent.init(jax.random.PRNGKey(0)), experience)
+    batch = gae_batch(config, 0, experience)
     return np.asarray(batch.value_target[0]), np.asarray(batch.mask[0])
 
 

@@ -325,7 +325,7 @@ def test_a_changed_shape_is_still_named_as_such(tiny_run, tmp_path, capsys):
     assert main(["train", "--resume", run_dir, "--steps", "256"]) == 2
     error = one_error_line(capsys.readouterr().err)
     assert "checkpoint 2 in" in error and "does not match its config.json" in error
-    assert "has shape (1, 4), the config gives (1, 8)" in error
+    assert re.search(r"has shape \(1, 4[,)].*the config gives \(1, 8[,)]", error), error
 
 
 def test_restore_of_a_named_step(tiny_run, tmp_path):
@@ -504,10 +504,10 @@ def test_an_id_that_downloads_its_data(monkeypatch):
 @pytest.mark.parametrize(
     "argv, suggestion",
     [
-        (["train", "ppo", "--ppo.gama", "0.9"], "did you mean --ppo.gamma?"),
-        (["train", "ppo", "--gamma", "0.9"], "did you mean --ppo.gamma?"),
-        (["train", "ppo", "--stepz", "3", "--ppo.gama", "0.9"],
-         "did you mean --steps for --stepz, --ppo.gamma for --ppo.gama?"),
+        (["train", "ppo", "--ppo.discout", "0.9"], "did you mean --ppo.discount?"),
+        (["train", "ppo", "--discount", "0.9"], "did you mean --ppo.discount?"),
+        (["train", "ppo", "--stepz", "3", "--ppo.discout", "0.9"],
+         "did you mean --steps for --stepz, --ppo.discount for --ppo.discout?"),
         (["eval", "runs/x", "--episdes", "3"], "did you mean --episodes?"),
         (["check-env", "gym:CartPole-v1", "--step", "3"], "did you mean --steps"),
     ],

@@ -460,8 +460,8 @@ def test_svg0_seeds_and_exact_resume(tmp_path, monkeypatch):
     class Killed(Exception):
         pass
 
-    def save_then_die(self, step, state):
-        original(self, step, state)
+    def save_then_die(self, step, state, record=None):
+        original(self, step, state, record)
         if step == 32:
             raise Killed
 
