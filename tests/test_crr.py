@@ -14,7 +14,7 @@ from heron import agents, api
 from heron.agents import ConfigError, CRRConfig, NetworkConfig, boltzmann, crr
 from heron.agents.base import ReplayConfig
 from heron.specs import EnvSpec, action_spec_from_space
-from heron.training import RunConfig, checkpoints
+from heron.training import RunConfig
 from heron.types import Experience, StepType, TimeStep
 
 BOX = EnvSpec((3,), np.float32, action_spec_from_space(gymnasium.spaces.Box(-2.0, 2.0, (1,))))
@@ -283,38 +283,3 @@ def test_a_fractional_replay_ratio_is_honoured_over_iterations(tmp_path):
     updates = sum(line["train/updates"] for line in lines if line["kind"] == "train")
     # 0.05 updates per step: 0.4 per iteration of 8 steps, from the 2nd iteration on (20 >= 16)
     assert updates == int(0.05 * 8 * 99)
-
-
-def test_off_policy_resume_is_exact(tmp_path, monkeypatch):
-    straight = api.train(api.build("crr", SMALL_CRR, _small_crr_run()), str(tmp_path / "a"))
-    original = checkpoints.Checkpointer.save
-
-    class Killed(Exception):
-        pass
-
-    def save_then_die(self, step, state, record=None):
-        original(self, step, state, record)
-        if step == 32:
-            raise Killed
-
-    monkeypatch.setattr(checkpoints.Checkpointer, "save", save_then_die)
-    with pytest.raises(Killed):
-        api.train(api.build("crr", SMALL_CRR, _small_crr_run()), str(tmp_path / "b"))
-    monkeypatch.setattr(checkpoints.Checkpointer, "save", original)
-    assert api.resume(str(tmp_path / "b"))["params_digest"] == straight["params_digest"]
-
-
-def test_crr_on_gymnasium_pendulum_from_the_cli(tmp_path, capsys):
-    from heron.cli import main
-
-    argv = [
-        "train", "crr", "--env", "gym:Pendulum-v1", "--steps", "256", "--num-envs", "4",
-        "--n-evals", "2", "--eval-temperatures", "0", "--run-dir", str(tmp_path / "run"),
-        "--crr.network.hidden-sizes", "32", "32", "--crr.replay.min-size", "32",
-        "--crr.batch-size", "16", "--crr.acting", "boltzmann",
-    ]  # fmt: skip
-    assert main(argv) == 0
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert summary["steps"] == 256 and summary["final_eval_return"] is not None
-    lines = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
-    assert sum(line["train/updates"] for line in lines if line["kind"] == "train") > 0

@@ -75,7 +75,7 @@ def _batch(agent, state, n=64):
 
 def _probability_of_one(agent, state):
     timestep = _timestep(64)
-    keys = jax.random.split(jax.random.PRNGKey(9), 2000)
+    keys = jax.random.split(jax.random.PRNGKey(9), 500)
     carry = agent.initial_carry(64)
     actions = jax.vmap(lambda k: agent.policy(state, timestep, carry, k, 1.0)[0])(keys)
     return float(jnp.mean(actions == 1))

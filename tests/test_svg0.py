@@ -427,51 +427,6 @@ def test_recurrent_svg0_trains_through_the_driver(tmp_path):
     assert summary["steps"] == 256 and summary["final_eval_return"] is not None
 
 
-def test_svg0_seeds_and_exact_resume(tmp_path, monkeypatch):
-    """Two seeds in one program, killed after a checkpoint and resumed: the same parameters
-    as the uninterrupted run (prior and its optimiser included)."""
-    from heron.api import build, resume, train
-    from heron.training import RunConfig, checkpoints
-
-    config = SVG0Config(
-        prior=True,
-        batch_size=8,
-        replay=ReplayConfig(min_size=32),
-        network=SMALL["network"],
-        num_action_samples=2,
-        sequence_length=4,
-    )
-    run = RunConfig(
-        env="gymnax:Pendulum-v1",
-        steps=256,
-        num_envs=4,
-        seeds=2,
-        n_evals=2,
-        eval_temperatures=(0.0,),
-        eval_every_n=16,
-        save_every_n=16,
-        done_frac_for_policy_save=0.0,
-    )
-    straight = train(build("svg0", config, run), str(tmp_path / "a"))
-    assert len(straight["per_seed"]) == 2
-    assert straight["per_seed"][0]["params_digest"] != straight["per_seed"][1]["params_digest"]
-    original = checkpoints.Checkpointer.save
-
-    class Killed(Exception):
-        pass
-
-    def save_then_die(self, step, state, record=None):
-        original(self, step, state, record)
-        if step == 32:
-            raise Killed
-
-    monkeypatch.setattr(checkpoints.Checkpointer, "save", save_then_die)
-    with pytest.raises(Killed):
-        train(build("svg0", config, run), str(tmp_path / "b"))
-    monkeypatch.setattr(checkpoints.Checkpointer, "save", original)
-    assert resume(str(tmp_path / "b"))["params_digest"] == straight["params_digest"]
-
-
 def test_svg0_with_prior_from_the_cli(tmp_path, capsys):
     from heron.cli import main
 
@@ -551,20 +506,3 @@ def test_svg0_learns_pendulum(prior, tmp_path):
     config = SVG0Config(prior=prior, **LEARNING_CONFIG)
     summary = train(build("svg0", config, RunConfig(**LEARNING_RUN)), str(tmp_path / "run"))
     assert summary["best_eval_return"] >= -400, _greedy_evals(tmp_path / "run")
-
-
-def test_svg0_on_a_gymnasium_env(tmp_path):
-    """Host-stepped Gymnasium Pendulum: behaviour log-probs recorded, updates run."""
-    from heron.api import build, train
-    from heron.training import RunConfig
-
-    config = SVG0Config(
-        batch_size=8, replay=ReplayConfig(min_size=32), network=SMALL["network"],
-        num_action_samples=2, sequence_length=4,
-    )  # fmt: skip
-    run = RunConfig(env="gym:Pendulum-v1", steps=128, num_envs=4, n_evals=1, eval_every_n=16)
-    summary = train(build("svg0", config, run), str(tmp_path / "run"))
-    lines = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
-    trained = [line for line in lines if line["kind"] == "train" and line["train/updates"] > 0]
-    assert trained and all(np.isfinite(line["loss/critic"]) for line in trained)
-    assert summary["steps"] == 128 and summary["final_eval_return"] is not None
