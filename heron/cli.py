@@ -255,7 +255,8 @@ def _parse_train(argv: list[str]):
         from heron import presets
 
         env = _option_value(rest, "--env") or run.env
-        key = presets.resolve(algo, env, choice or presets.AUTO)
+        offline = _option_value(rest, "--dataset") is not None
+        key = presets.resolve(algo, env, choice or presets.AUTO, offline)
         preset_config, preset_run = presets.apply(algo, key, config_type(), RunConfig(env=env))
         if agent_config is None:
             agent_config, run = preset_config, preset_run

@@ -45,24 +45,29 @@ def table(algo: str) -> dict:
         return tomllib.load(f)
 
 
-def find(algo: str, env_id: str) -> str | None:
+OFFLINE = "offline:"  # the prefix of presets for learning from a dataset
+
+
+def find(algo: str, env_id: str, offline: bool = False) -> str | None:
     """The key of ``algo``'s preset for ``env_id`` (the exact id, else the id without its
-    source), or None."""
+    source; ``offline``: keys prefixed ``offline:``), or None."""
     presets = table(algo)
+    prefix = OFFLINE if offline else ""
     name = env_id.partition(":")[2]
-    for key in (env_id, name):
+    for key in (prefix + env_id, prefix + name):
         if key and key in presets:
             return key
     return None
 
 
-def resolve(algo: str, env_id: str, choice: str) -> str | None:
+def resolve(algo: str, env_id: str, choice: str, offline: bool = False) -> str | None:
     """The preset ``choice`` (auto, none or an environment key) names for ``algo`` on
-    ``env_id``: a key, or None for the bare defaults."""
+    ``env_id`` (``offline``: learning from a dataset): a key, or None for the bare
+    defaults."""
     if choice == NONE:
         return None
     if choice == AUTO:
-        return find(algo, env_id)
+        return find(algo, env_id, offline)
     if choice not in table(algo):
         known = ", ".join(sorted(table(algo))) or "(none)"
         raise UnknownPresetError(
@@ -109,14 +114,16 @@ def apply(algo: str, key: str | None, agent_config, run):
     return agent_config, dataclasses.replace(run, preset=label(algo, key))
 
 
-def preset(algo: str, env_id: str, choice: str = AUTO):
-    """(agent config, run config) for ``algo`` on ``env_id`` from its preset (the defaults
-    when it has none), as ``heron train ALGO --env ENV_ID`` would use them."""
+def preset(algo: str, env_id: str, choice: str = AUTO, dataset: str | None = None):
+    """(agent config, run config) for ``algo`` on ``env_id`` (learning from ``dataset``
+    when given) from its preset, the defaults when it has none: what ``heron train ALGO
+    --env ENV_ID [--dataset DIR]`` starts from."""
     from heron import agents
     from heron.run_config import RunConfig
 
-    key = resolve(algo, env_id, choice)
-    return apply(algo, key, agents.config_class(algo)(), RunConfig(env=env_id))
+    key = resolve(algo, env_id, choice, offline=dataset is not None)
+    run = RunConfig(env=env_id, dataset=dataset)
+    return apply(algo, key, agents.config_class(algo)(), run)
 
 
 def listing() -> dict[str, list[str]]:
