@@ -283,3 +283,25 @@ def test_a_fractional_replay_ratio_is_honoured_over_iterations(tmp_path):
     updates = sum(line["train/updates"] for line in lines if line["kind"] == "train")
     # 0.05 updates per step: 0.4 per iteration of 8 steps, from the 2nd iteration on (20 >= 16)
     assert updates == int(0.05 * 8 * 99)
+
+
+def test_targets_clipped_to_the_support_are_warned_about(tmp_path, capsys):
+    """Pendulum's unscaled rewards (down to -16 a step) against a support of [-1, 1]: most
+    target mass is clipped, and the run says so once, with what to change."""
+    config = dataclasses.replace(SMALL_CRR, vmin=-1.0, vmax=1.0)
+    run = _small_crr_run(steps=160)
+    api.train(api.build("crr", config, run), str(tmp_path / "run"))
+    err = capsys.readouterr().err
+    assert err.count("of the critic's target mass falls outside its support [-1, 1]") == 1
+    assert "--reward-scale" in err
+    lines = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+    trained = [x for x in lines if x["kind"] == "train" and x["train/updates"] > 0]
+    assert trained and all(x["crr/clipped_fraction"] > 0.5 for x in trained)
+    notes = [x for x in lines if x["kind"] == "note"]
+    assert len(notes) == 1 and "clipped" in notes[0]["message"]
+    capsys.readouterr()
+    api.train(
+        api.build("crr", SMALL_CRR, _small_crr_run(steps=160, reward_scale=0.1)),
+        str(tmp_path / "ok"),
+    )
+    assert "falls outside its support" not in capsys.readouterr().err

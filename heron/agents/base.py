@@ -49,6 +49,8 @@ class Agent:
     learn: Callable  # (state, replay, replay_state, key) -> (state, replay_state, metrics)
     params: Callable  # state -> the parameters that define the policy (digests, init-from)
     replayers: tuple[str, ...]  # the replayers it learns from; the first is its default
+    # metrics (one iteration's means, one seed) -> warnings worth printing (each once)
+    advise: Callable[[dict], list[str]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -58,6 +58,7 @@ def all_coefficient(advantage, beta, ratio_upper_bound):
     return jnp.ones_like(advantage)
 
 
+CLIPPED_WARNING = 0.1  # the share of target mass outside the support worth a warning
 POLICY_IMPROVEMENT = {"exp": exp_coefficient, "binary": binary_coefficient, "all": all_coefficient}
 BASELINE_REDUCE = {"mean": jnp.mean, "max": jnp.max, "min": jnp.min}
 
@@ -356,7 +357,13 @@ def _build(spec: EnvSpec, config: CRRConfig, devices):
                 target_probs,
             )
             loss = parallel.masked_mean(losses, mask.reshape(-1))
-            return loss, {"loss/critic": loss}
+            shifted = batch.reward[1:, :, None] + (gamma * batch.discount[1:])[..., None] * atoms
+            outside = (shifted < config.vmin) | (shifted > config.vmax)  # [L-1, M, atoms]
+            clipped = jnp.sum(outside * target_probs.reshape(outside.shape), axis=-1)
+            return loss, {
+                "loss/critic": loss,
+                "crr/clipped_fraction": parallel.masked_mean(clipped, mask),
+            }
 
         _, taken_logits, states = critic.unroll(
             state.critic_params, start["critic"], taken, first[:-1]
@@ -424,6 +431,17 @@ def _build(spec: EnvSpec, config: CRRConfig, devices):
 
     update = learning.data_parallel(update, devices or jax.devices(), "crr", config.batch_size)
 
+    def advise(metrics: dict) -> list[str]:
+        """Targets clipped to the value support train the critic towards the wrong values."""
+        fraction = metrics.get("crr/clipped_fraction", 0.0)
+        if fraction <= CLIPPED_WARNING:
+            return []
+        return [
+            f"crr: {fraction:.0%} of the critic's target mass falls outside its support "
+            f"[{config.vmin:g}, {config.vmax:g}] and is clipped to its edges: scale the rewards "
+            "(--reward-scale) or widen the support (--crr.vmin, --crr.vmax)"
+        ]
+
     agent = Agent(
         name="crr",
         config=config,
@@ -440,5 +458,6 @@ def _build(spec: EnvSpec, config: CRRConfig, devices):
         learn=learning.replay_updates(update, config.sequence_length, config.batch_size),
         params=lambda state: state.policy_params,
         replayers=("uniform", "cycle_one_time"),
+        advise=advise,
     )
     return agent, next_step_targets

@@ -137,6 +137,7 @@ class _Loop:
             self.best_checkpointer = checkpoints.Checkpointer(run_dir, 1, kind=checkpoints.BEST)
         self.stop_signal: int | None = None
         self.history: list[dict] = []  # every line written, for the controller
+        self.advised: set[str] = set()
         self.saved_iteration: int | None = None
         self.logger = RunLogger(
             run_dir,
@@ -185,6 +186,7 @@ class _Loop:
         inputs = {k: v for k, v in metrics.items() if k.startswith(NON_FINITE)}
         metrics = {k: v for k, v in metrics.items() if not k.startswith(NON_FINITE)}
         self._check_finite(metrics, inputs, steps)
+        self._advise(metrics, steps)
         self._log_train(i + 1, steps, metrics, stats)
         last = i + 1 == setup.iterations
         if (i + 1) % run.eval_every_n == 0 or last:
@@ -325,6 +327,19 @@ class _Loop:
             self.best = mean
             if self.best_checkpointer is not None:
                 self.best_checkpointer.save(index + 1, state, self.setup.record)
+
+    def _advise(self, metrics: dict, steps: int) -> None:
+        """The agent's warnings about its metrics, each printed and logged once."""
+        if self.setup.agent.advise is None:
+            return
+        for k in range(self.setup.run.seeds):
+            for message in self.setup.agent.advise({n: float(v[k]) for n, v in metrics.items()}):
+                if message not in self.advised:
+                    self.advised.add(message)
+                    print(f"heron: warning: {message}", file=sys.stderr)
+                    self._write(
+                        {"kind": "note", "step": steps, "wall_s": self.wall(), "message": message}
+                    )
 
     def _write(self, record: dict) -> None:
         self.history.append(record)
