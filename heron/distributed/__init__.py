@@ -13,6 +13,9 @@ and Ray itself only when a run starts (``cluster.py``).
 
 from __future__ import annotations
 
+import os
+import sys
+
 from heron.distributed.cluster import RayUnavailableError, require_ray
 from heron.distributed.pool import ActorFailure, ActorPool
 from heron.distributed.source import RaySource, RaySourceState
@@ -41,6 +44,7 @@ def make_source(algo: str, agent_config, agent, env, pipeline, run: RunConfig) -
         len_history_for_policy=run.len_history_for_policy,
         reward_scale=run.reward_scale,
         compile_cache=compile_cache or None,
+        python_path=(os.getcwd(), *(path for path in sys.path if path)),
     )
     pool = ActorPool(spec, run.actors, run.dist, run.ray_address, env.is_jax)
     return RaySource(env, pipeline, agent.unroll_length, run.actors, run.dist, pool)

@@ -56,6 +56,8 @@ def connect(address: str | None, cpus: int) -> bool:
     require_ray()
     import ray
 
+    if address is not None:
+        check_reachable(address)
     if ray.is_initialized():
         return False
     with _quiet_start():
@@ -90,7 +92,6 @@ def _connect(ray, address: str | None, cpus: int) -> bool:
             **quiet,
         )
         return True
-    check_reachable(address)
     try:
         ray.init(address=address, **quiet)
     except Exception as error:  # Ray's own connection errors, in one line

@@ -69,10 +69,11 @@ def _stack(trees):
     return jax.tree.map(lambda *xs: np.stack(xs), *trees)
 
 
-def _request_key(base: np.ndarray, actor: int, index: int) -> np.ndarray:
-    """An asynchronous request's key (uint32 [2]) from the run's key, the actor and its unroll
-    index, derived on the host (no JAX call from a callback or the pump thread)."""
-    seed = np.random.SeedSequence([int(base[0]), int(base[1]), actor, index])
+def _request_key(base: np.ndarray, actor: int, index: int, purpose: int = 0) -> np.ndarray:
+    """A key (uint32 [2]) for an asynchronous request (``purpose`` 0) or a restore after a
+    resume (1), from the run's key, the actor and its unroll index, derived on the host (no
+    JAX call from a callback or the pump thread)."""
+    seed = np.random.SeedSequence([int(base[0]), int(base[1]), actor, index, purpose])
     return seed.generate_state(2, np.uint32)
 
 
@@ -153,7 +154,7 @@ class ActorPool:
             ) from None
         except ray.exceptions.RayError as error:
             self.close()
-            raise ActorFailure(f"an actor could not start: {self._reason(error)[0]}") from None
+            raise ActorFailure(f"an actor (env {self.spec.env}) {self._reason(error)[0]}") from None
         self.pids = [pid for pid, _ in where]
         listed = ", ".join(f"{a}: pid {pid} on {host}" for a, (pid, host) in enumerate(where))
         print(f"heron: {self.count} actors on Ray ({listed})", file=sys.stderr, flush=True)
@@ -242,7 +243,7 @@ class ActorPool:
         restored = []
         for a, handle in enumerate(self.handles):
             snapshot = jax.tree.map(lambda x, a=a: x[a], snapshots)
-            restart_key = _request_key(self.base_key, a, -1 - int(self.next_unroll[a]))
+            restart_key = _request_key(self.base_key, a, int(self.next_unroll[a]), purpose=1)
             restored.append(ray.get(handle.restore.remote(snapshot, params, restart_key)))
         self.latest, self.consumed = list(restored), list(restored)
         if lagged is not None:
@@ -357,6 +358,9 @@ class ActorPool:
             text = " ".join(str(cause or error).split())
             return f"raised {type(cause or error).__name__}: {text[:300]}", True
         if isinstance(error, ray.exceptions.RayActorError):
+            lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+            if "creation task" in str(error) and lines:  # its __init__ raised: say what
+                return f"could not start: {lines[-1]}", False
             return "died (its process ended)", False
         if isinstance(error, ray.exceptions.GetTimeoutError):
             return "did not answer in time", True
@@ -388,6 +392,9 @@ class ActorPool:
             handle = self.handles[a]
             if kill:  # a fresh process: the old one's environments may be broken
                 ray.kill(handle, no_restart=False)
+            if not self._back(a):
+                reason, kill = "did not come back after a restart", True
+                continue
             try:
                 ray.get(
                     handle.restore.remote(self.latest[a], request.params, request.key),
@@ -399,6 +406,28 @@ class ActorPool:
                 kill = alive
         request.ref = handle.unroll.remote(request.params, request.key, request.version)
         request.sent = time.monotonic()
+
+    def _back(self, actor: int) -> bool:
+        """Waits until Ray has restarted ``actor`` in a new process (at most
+        ``unroll_timeout_s``); records its process id."""
+        import ray
+
+        deadline = time.monotonic() + self.dist.unroll_timeout_s
+        while time.monotonic() < deadline:
+            try:
+                pid, _ = ray.get(
+                    self.handles[actor].where.remote(), timeout=deadline - time.monotonic()
+                )
+            except ray.exceptions.GetTimeoutError:
+                return False
+            except ray.exceptions.RayActorError:  # still restarting
+                time.sleep(0.2)
+                continue
+            if pid != self.pids[actor]:
+                self.pids[actor] = pid
+                return True
+            time.sleep(0.2)  # the old process has not ended yet
+        return False
 
     # ----------------------------------------------------------------- asynchronous
 

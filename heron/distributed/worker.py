@@ -16,6 +16,7 @@ import functools
 import logging
 import os
 import socket
+import sys
 import time
 from typing import Any, NamedTuple
 
@@ -34,6 +35,7 @@ class WorkerSpec:
     len_history_for_policy: int
     reward_scale: float
     compile_cache: str | None  # the driver's JAX compilation cache directory, if any
+    python_path: tuple[str, ...] = ()  # the driver's sys.path and directory: env modules
 
 
 class Unroll(NamedTuple):
@@ -88,6 +90,9 @@ class Worker:
         from heron.envs.wrappers import ObservationPipeline
         from heron.training.sources import EnvSource
 
+        for path in reversed(spec.python_path):  # env modules import as in the driver
+            if path not in sys.path and os.path.isdir(path):
+                sys.path.insert(0, path)
         self._errors = _CallbackErrors()
         callback_log = logging.getLogger("jax._src.callback")
         callback_log.addHandler(self._errors)
