@@ -12,8 +12,10 @@ On one local Ray instance (127.0.0.1) it measures, with the algorithm's default 
    (one iteration's steps over the time of one learning phase, in this process);
 3. the Ray round trip of an empty call to an actor (the fixed cost of every unroll);
 4. parameter broadcast latency: ``ray.put`` of 10 KB to 100 MB and an actor receiving it;
-5. end-to-end steps/s of ``heron train --actors A`` (synchronous driver, after compilation)
-   beside a model's prediction, min(A x one actor's rate, learner rate).
+5. end-to-end steps/s of ``heron train --actors A`` (synchronous driver, after compilation;
+   also with ``--dist.policy-lag 1``, which overlaps collection and learning) beside a
+   model's prediction, min(A x one actor's rate, learner rate), and the same model without
+   overlap, 1 / (1 / (A x one actor's rate) + 1 / learner rate).
 
 Timings are printed and written to ``--out`` as JSON, never asserted. On a machine with few
 cores the actors and the learner share them: expect little or no speed-up from more actors
@@ -39,14 +41,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from heron import api, distributed  # noqa: E402
 from heron.distributed import cluster  # noqa: E402
 from heron.distributed.worker import Worker  # noqa: E402
-from heron.run_config import RunConfig  # noqa: E402
+from heron.run_config import DistConfig, RunConfig  # noqa: E402
 from heron.training.driver import seed_keys  # noqa: E402
 
 SIZES = (10_000, 100_000, 1_000_000, 10_000_000, 100_000_000)  # bytes broadcast
 
 
-def _setup(args, actors: int, steps: int | None = None):
+def _setup(args, actors: int, steps: int | None = None, policy_lag: int = 0):
     run = RunConfig(
+        dist=DistConfig(policy_lag=policy_lag),
         env=args.env,
         num_envs=args.num_envs,
         steps=steps or args.steps,
@@ -139,8 +142,8 @@ def broadcast_ms(size: int, repeats: int = 5) -> float:
     return 1000 * statistics.median(times)
 
 
-def end_to_end(args, actors: int) -> dict:
-    setup = _setup(args, actors)
+def end_to_end(args, actors: int, policy_lag: int = 0) -> dict:
+    setup = _setup(args, actors, policy_lag=policy_lag)
     with tempfile.TemporaryDirectory() as run_dir:
         summary = api.train(setup, os.path.join(run_dir, "run"))
     return summary
@@ -180,17 +183,24 @@ def main() -> None:
         rate = actor_only(args, actors, agent_state, args.rounds)
         single = single or rate / actors
         summary = end_to_end(args, actors)
+        overlapped = end_to_end(args, actors, policy_lag=1)
         measured = summary["steps_per_s_after_compile"]
+        measured_lag = overlapped["steps_per_s_after_compile"]
         predicted = min(actors * single, learner)
+        # Without overlap an iteration collects, then learns: the times add up.
+        alternating = 1.0 / (1.0 / (actors * single) + 1.0 / learner)
         results["actors"][actors] = {
             "actor_only_steps_per_s": rate,
             "end_to_end_steps_per_s": measured,
+            "end_to_end_policy_lag_1_steps_per_s": measured_lag,
             "predicted_steps_per_s": predicted,
+            "predicted_without_overlap_steps_per_s": alternating,
             "per_actor_steps_per_s": summary["dist"]["actor_steps_per_s"],
         }
         print(
             f"A={actors}: actors alone {rate:,.0f} steps/s; end to end {measured:,.0f} "
-            f"steps/s; model min(A x {single:,.0f}, {learner:,.0f}) = {predicted:,.0f}",
+            f"steps/s (policy lag 1: {measured_lag:,.0f}); model min(A x {single:,.0f}, "
+            f"{learner:,.0f}) = {predicted:,.0f} (no overlap: {alternating:,.0f})",
             flush=True,
         )
     cluster.disconnect()

@@ -211,26 +211,67 @@ def _alive(pid: int) -> bool:
         return f.read().split(")")[-1].split()[0] != "Z"
 
 
-def test_sigkill_of_the_driver_then_resume_equals_the_uninterrupted_run(
-    cluster, baseline, tmp_path
-):
-    run_dir, log = tmp_path / "run", tmp_path / "stderr"
+def _cli_process(argv, log):
+    """``heron`` in a subprocess whose stderr goes to ``log`` (tests/ on its path)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")])}
     with open(log, "w") as stderr:
-        driver = _driver(_run(cluster[0]), run_dir, stdout=subprocess.DEVNULL, stderr=stderr)
+        return subprocess.Popen(
+            [sys.executable, "-m", "heron.cli", *argv],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=env,
+        )
+
+
+def _wait_for_checkpoint_after(run_dir, step, process) -> int:
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and checkpoints.latest_step(str(run_dir)) is None:
+    while time.monotonic() < deadline and process.poll() is None:
+        saved = checkpoints.latest_step(str(run_dir))
+        if saved is not None and saved > step:
+            return saved
         time.sleep(0.05)
-    os.kill(driver.pid, signal.SIGKILL)
-    driver.wait()
-    killed_at = checkpoints.latest_step(str(run_dir))
-    assert killed_at is not None and killed_at < 32
+    raise AssertionError(f"no checkpoint after {step} in {run_dir} (exit {process.poll()})")
+
+
+def _actor_pids(log) -> list[int]:
     listed = next(line for line in open(log) if "actors on Ray" in line)
-    pids = [int(part.split()[0]) for part in listed.split("pid ")[1:]]
-    assert len(pids) == 2
-    deadline = time.monotonic() + 60  # Ray ends the actors of a driver that died
+    return [int(part.split()[0]) for part in listed.split("pid ")[1:]]
+
+
+def _ended(pids, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
     while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
         time.sleep(0.2)
-    assert not any(_alive(pid) for pid in pids)
+    return not any(_alive(pid) for pid in pids)
+
+
+def test_sigterm_then_sigkill_of_the_driver_then_resume_equals_the_uninterrupted_run(
+    cluster, baseline, tmp_path
+):
+    """The baseline's run from the command line: SIGTERM saves and stops it cleanly; its
+    resumption is SIGKILLed; resuming again ends exactly where the uninterrupted run did."""
+    run_dir = tmp_path / "run"
+    argv = [
+        "train", "ppo", "--env", JAX_ENV, "--env-module", "ray_envs", "--steps", "1024",
+        "--num-envs", "4", "--actors", "2", "--ray-address", cluster[0], "--run-dir",
+        str(run_dir), "--n-evals", "2", "--eval-every-n", "16", "--eval-temperatures", "0.0",
+        "--save-every-n", "2", "--done-frac-for-policy-save", "0",
+        "--ppo.unroll-length", "8", "--ppo.batch-size", "16", "--ppo.num-epochs", "2",
+    ]  # fmt: skip
+    first = _cli_process(argv, tmp_path / "first.log")
+    _wait_for_checkpoint_after(run_dir, 0, first)
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=120) == 128 + signal.SIGTERM
+    assert "heron: stopped: SIGTERM" in open(tmp_path / "first.log").read()
+    stopped_at = checkpoints.latest_step(str(run_dir))
+    assert _ended(_actor_pids(tmp_path / "first.log"), within_s=30)
+
+    second = _cli_process(["train", "--resume", str(run_dir)], tmp_path / "second.log")
+    killed_at = _wait_for_checkpoint_after(run_dir, stopped_at, second)
+    os.kill(second.pid, signal.SIGKILL)
+    second.wait()
+    assert killed_at < 32
+    assert _ended(_actor_pids(tmp_path / "second.log"), within_s=60)  # Ray ends them
     resumed = api.resume(str(run_dir))
     assert resumed["params_digest"] == baseline[0]["params_digest"]
 
