@@ -63,6 +63,12 @@ def merge_stats(stats: RunningStats) -> RunningStats:
     return RunningStats(count, mean, jnp.where(count > 0, var, jnp.ones_like(var)))
 
 
+def join_episodes(stats: EpisodeStats) -> EpisodeStats:
+    """Several actors' episode statistics as one: per-environment fields [A, n] joined in
+    actor order, running totals [A] summed."""
+    return jax.tree.map(lambda x: x.reshape(-1) if x.ndim > 1 else jnp.sum(x), stats)
+
+
 def _stacked(tree, size: int):
     return jax.tree.map(lambda s: jax.ShapeDtypeStruct((size,) + s.shape, s.dtype), tree)
 
@@ -258,14 +264,7 @@ class RaySource:
         return PipelineState(stats, _joined(pipeline.history) if pipeline.history != () else ())
 
     def episodes(self, state: RaySourceState) -> EpisodeStats:
-        stats = state.actors.stats
-        return EpisodeStats(
-            episode_return=stats.episode_return.reshape(-1),
-            episode_length=stats.episode_length.reshape(-1),
-            completed=jnp.sum(stats.completed),
-            return_sum=jnp.sum(stats.return_sum),
-            return_sq_sum=jnp.sum(stats.return_sq_sum),
-        )
+        return join_episodes(state.actors.stats)
 
     def metrics(self, state: RaySourceState) -> dict:
         """Logged with every iteration: policy lag, faults, and per actor the unrolls taken
