@@ -1,7 +1,7 @@
 """Actors on Ray: ALF's synchronous and asynchronous drivers across processes and machines.
 
     heron train ppo --actors 4                        # a local Ray instance on 127.0.0.1
-    heron train crr --actors 8 --ray-address HOST:6379 --dist.driver async
+    heron train ppo --actors 8 --ray-address HOST:6379 --dist.driver async
 
 ``heron.api.build`` makes a ``RaySource`` (``source.py``) when ``RunConfig.actors > 0``: the
 same driver, agents and replayers, with experience collected by Ray actor processes
