@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV)/bin/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	$(VENV)/bin/python -m pip install --quiet -c constraints.txt -e ".[dev,ray]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -17,10 +17,10 @@ train: $(STAMP)
 	$(VENV)/bin/heron train ppo
 
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -n 2 -q
+	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup -q
 
 test-fast: $(STAMP)
-	$(VENV)/bin/python -m pytest -n 2 -q -m "not slow"
+	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup -q -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check heron tests benchmarks

@@ -8,12 +8,14 @@ collect data from it.
     policy = heron.load("runs/cartpole")               # action = policy(observation)
 
 ``build`` chooses the source of experience from the run configuration: environments
-(JAX envs compiled whole, Gymnasium envs through host callbacks) or, with ``dataset``, a
-Minari dataset (offline training; the environment only evaluates).
+(JAX envs compiled whole, Gymnasium envs through host callbacks), with ``actors``, Ray
+actor processes stepping them (heron.distributed), or, with ``dataset``, a Minari dataset
+(offline training; the environment only evaluates).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -80,8 +82,15 @@ def build(algo: str, agent_config=None, run: RunConfig | None = None, controller
     )
     agent = agents.make(algo, pipeline.spec, agent_config)
     agent, record = _initialised_from(agent, run.init_from)
-    source = EnvSource(env, pipeline, agent.unroll_length)
-    replay = agent.make_replay(source.lanes, run.replay)
+    if run.actors:  # Ray actors collect (heron.distributed, imported only here)
+        from heron import distributed
+
+        source = distributed.make_source(algo, agent_config, agent, env, pipeline, run)
+        name = distributed.replay_name(run)
+        replay = agent.make_replay(source.lanes, name, **source.replay_sizes)
+    else:
+        source = EnvSource(env, pipeline, agent.unroll_length)
+        replay = agent.make_replay(source.lanes, run.replay)
     evaluate = _evaluation(agent, run, pipeline)
     return driver.make_setup(
         algo, agent_config, run, agent, replay, source, evaluate, record, controller
@@ -161,7 +170,42 @@ def train(setup: Setup, run_dir: str | None = None) -> dict:
     """Runs ``setup`` to its configured steps in ``run_dir`` (default: the run's own, or
     runs/<algo>_<env>_<time>); returns the final JSON line's fields."""
     run_dir = run_dir or setup.run.run_dir or rundir.default_run_dir(setup.algo, setup.run.env)
-    return driver.train(setup, run_dir)
+    if _on_gpu_learner(setup):
+        from heron.distributed import learner
+
+        return learner.run(setup.algo, setup.agent_config, setup.run, run_dir, resume=False)
+    with _source_running(setup):
+        return driver.train(setup, run_dir)
+
+
+def _on_gpu_learner(setup: Setup) -> bool:
+    """Whether this process hands the run to a learner in its own Ray actor with GPUs."""
+    if not (setup.run.actors and setup.run.dist.learner_gpus):
+        return False
+    from heron.distributed import learner
+
+    return not learner.inside()
+
+
+@contextlib.contextmanager
+def _source_running(setup: Setup):
+    """A source with processes of its own (Ray actors) starts before the run writes
+    anything and stops after it; a failure it reports from inside the compiled iteration is
+    raised as its own one-line error."""
+    start = getattr(setup.source, "start", None)
+    try:
+        if start is not None:
+            start()
+        yield
+    except jax.errors.JaxRuntimeError:
+        failure = getattr(setup.source, "failure", None)
+        if failure is not None:
+            raise failure from None
+        raise
+    finally:
+        close = getattr(setup.source, "close", None)
+        if close is not None:
+            close()
 
 
 def configs_from_record(record: dict, where: str):
@@ -221,7 +265,14 @@ def resume(run_dir: str, steps: int | None = None, controller=None) -> dict:
     run's."""
     setup = _rebuild(run_dir, controller, **({} if steps is None else {"steps": steps}))
     _check_same_dataset(run_dir, setup)
-    return driver.continue_run(setup, run_dir, rewrite_config=steps is not None)
+    if _on_gpu_learner(setup):
+        from heron.distributed import learner
+
+        return learner.run(
+            setup.algo, setup.agent_config, setup.run, run_dir, resume=True, steps=steps
+        )
+    with _source_running(setup):
+        return driver.continue_run(setup, run_dir, rewrite_config=steps is not None)
 
 
 def _rebuild(run_dir: str, controller=None, **run_changes) -> Setup:

@@ -416,6 +416,9 @@ class _Loop:
             ),
             "preset": setup.run.preset,
         }
+        if hasattr(setup.source, "summary"):  # e.g. what the source's actors did
+            first_seed = jax.tree.map(lambda x: x[0], state.source_state)
+            summary.update(setup.source.summary(jax.device_get(first_seed)))
         if setup.run.seeds > 1:
             summary["per_seed"] = [
                 {
@@ -465,7 +468,12 @@ def restore(setup: Setup, run_dir: str, kind: str = checkpoints.LATEST):
     """(program, state, iteration) of the latest checkpoint of ``run_dir`` under ``setup``
     (``kind=checkpoints.BEST``: of its best greedy evaluation)."""
     program = setup.program()
-    template = program.init(seed_keys(setup.seeds))
+    # The state's shapes only: a source's init may start processes or reset environments.
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    template = jax.tree.map(
+        lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=device),
+        jax.eval_shape(program.init, seed_keys(setup.seeds)),
+    )
     state, iteration = checkpoints.restore(run_dir, template, kind=kind)
     return program, state, iteration
 

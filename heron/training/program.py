@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from heron.agents.base import Agent
-from heron.training.sources import Source
+from heron.training.sources import ActorSteps, Source
 
 SEED_AXIS = "seeds"  # the vmapped axis of independent runs
 _NO_LIMIT = 2**31 - 1
@@ -91,6 +91,25 @@ def learn_phase(agent: Agent, replay, agent_state, replay_state, key, limit: int
     return agent_state, replay_state, metrics
 
 
+def add_steps(replay, replay_state, steps):
+    """``steps`` [lanes, T] into the replay, or ``ActorSteps`` one actor at a time."""
+    if not isinstance(steps, ActorSteps):
+        return replay.add(replay_state, steps)
+
+    def add_one(replay_state, one):
+        actor_steps, actor = one
+        return replay.add(replay_state, actor_steps, actor), None
+
+    return jax.lax.scan(add_one, replay_state, (steps.steps, steps.actors))[0]
+
+
+def one_lane_step(steps):
+    """One actor's (or all lanes') first step [lanes, ...]: the replay's example."""
+    if isinstance(steps, ActorSteps):
+        steps = jax.tree.map(lambda x: x[0], steps.steps)
+    return jax.tree.map(lambda x: x[:, 0], steps)
+
+
 NON_FINITE = "non_finite/"  # metrics the driver checks but does not log
 
 
@@ -114,8 +133,7 @@ def make_program(agent: Agent, replay, source: Source, evaluate: Callable) -> Pr
         agent_key, source_key, key = jax.random.split(key, 3)
         agent_state = agent.init(agent_key)
         source_state, first_steps = source.init(agent, agent_state, source_key)
-        example = jax.tree.map(lambda x: x[:, 0], first_steps)
-        replay_state = replay.add(replay.init(example), first_steps)
+        replay_state = add_steps(replay, replay.init(one_lane_step(first_steps)), first_steps)
         return TrainState(agent_state, replay_state, source_state, key, jnp.zeros((), jnp.int32))
 
     def iteration_one(state: TrainState):
@@ -124,12 +142,14 @@ def make_program(agent: Agent, replay, source: Source, evaluate: Callable) -> Pr
             agent, state.agent_state, state.source_state, collect_key
         )
         replay_state = (
-            state.replay_state if steps is None else replay.add(state.replay_state, steps)
+            state.replay_state if steps is None else add_steps(replay, state.replay_state, steps)
         )
         seen = ReplayView(replay, source.view(source_state))
         agent_state, replay_state, metrics = learn_phase(
             agent, seen, state.agent_state, replay_state, learn_key, source.learn_limit
         )
+        if hasattr(source, "metrics"):
+            metrics.update(source.metrics(source_state))
         new_state = TrainState(agent_state, replay_state, source_state, key, state.iteration + 1)
         return new_state, metrics
 

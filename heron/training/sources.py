@@ -6,7 +6,12 @@ A source is a set of pure functions the driver compiles into every iteration:
     source_state, steps = source.collect(agent, agent_state, source_state, key)  # or None
     source_state = source.restart(agent, agent_state, source_state, key)  # after a resume
 
-plus what the driver needs to know about it: ``lanes`` (the replay's environments),
+``steps`` are [lanes, T] for every lane, or ``ActorSteps``: several actors' steps with their
+actor ids, which the driver adds to the replay one actor at a time (a replay with a slot per
+actor). A source may also report ``metrics(source_state) -> dict`` (logged with every
+iteration) and ``summary(source_state) -> dict`` (added to the final JSON line).
+
+Plus what the driver needs to know about it: ``lanes`` (the replay's environments),
 ``num_envs`` (environments stepped; their episodes are counted), ``steps_per_iteration``
 (what an iteration counts towards ``--steps``), ``learn_limit`` (most learning steps per
 iteration; None leaves it to the replay's rate), ``replay_sizes`` (what the source needs of
@@ -31,6 +36,13 @@ import jax.numpy as jnp
 from heron.agents.base import Agent
 from heron.envs.wrappers import ObservationPipeline, PipelineState
 from heron.types import Experience, TimeStep
+
+
+class ActorSteps(NamedTuple):
+    """Steps from several actors, in the order the replay takes them."""
+
+    steps: Any  # leaves [U, lanes per actor, T, ...]
+    actors: jax.Array  # int32 [U]: the actor that produced each
 
 
 class EpisodeStats(NamedTuple):

@@ -1,0 +1,63 @@
+"""Actors on Ray: ALF's synchronous and asynchronous drivers across processes and machines.
+
+    heron train ppo --actors 4                        # a local Ray instance on 127.0.0.1
+    heron train ppo --actors 8 --ray-address HOST:6379 --dist.driver async
+
+``heron.api.build`` makes a ``RaySource`` (``source.py``) when ``RunConfig.actors > 0``: the
+same driver, agents and replayers, with experience collected by Ray actor processes
+(``worker.py``) that the learner's ``ActorPool`` (``pool.py``) starts, feeds with parameters,
+waits for, and restores after failures. With ``dist.learner_gpus`` the learner itself runs
+in a Ray actor with GPUs (``learner.py``). Nothing here is imported by a run without actors,
+and Ray itself only when a run starts (``cluster.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from heron.distributed.cluster import RayUnavailableError, require_ray
+from heron.distributed.pool import ActorFailure, ActorPool
+from heron.distributed.source import RaySource, RaySourceState
+from heron.distributed.worker import WorkerSpec
+from heron.run_config import ASYNC, RunConfig
+
+
+def replay_name(run: RunConfig) -> str | None:
+    """The replayer of a run with actors: the asynchronous driver's is cycle_one_time."""
+    return "cycle_one_time" if run.dist.driver == ASYNC else run.replay
+
+
+def make_source(algo: str, agent_config, agent, env, pipeline, run: RunConfig) -> RaySource:
+    """The run's actors as a source (nothing starts until the run does)."""
+    import jax
+
+    compile_cache = jax.config.jax_compilation_cache_dir
+    spec = WorkerSpec(
+        algo=algo,
+        agent_config=agent_config,
+        env=run.env,
+        env_module=run.env_module,
+        envs_per_actor=run.num_envs // run.actors,
+        max_timestep=run.max_timestep,
+        normalize_observations=run.normalize_observations,
+        len_history_for_policy=run.len_history_for_policy,
+        reward_scale=run.reward_scale,
+        compile_cache=compile_cache or None,
+        python_path=(os.getcwd(), *(path for path in sys.path if path)),
+    )
+    pool = ActorPool(spec, run.actors, run.dist, run.ray_address, env.is_jax)
+    return RaySource(env, pipeline, agent.unroll_length, run.actors, run.dist, pool)
+
+
+__all__ = [
+    "ActorFailure",
+    "ActorPool",
+    "RaySource",
+    "RaySourceState",
+    "RayUnavailableError",
+    "WorkerSpec",
+    "make_source",
+    "replay_name",
+    "require_ray",
+]

@@ -1,0 +1,108 @@
+"""Connecting to Ray: a local instance on 127.0.0.1 that heron starts (and stops), or an
+existing cluster by address. Ray is imported here and nowhere before a run asks for it."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import warnings
+
+from heron.configs import ConfigError
+
+LOCAL_OBJECT_STORE_BYTES = 512 * 1024**2  # a fixed object store for the local instance
+
+
+class RayUnavailableError(ConfigError):
+    """Ray is not installed, or the cluster cannot be reached or cannot host the run."""
+
+
+def require_ray() -> None:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise RayUnavailableError(
+            "--actors runs actors on Ray, which is not installed: pip install 'heron[ray]' "
+            "(ray==2.60.0)"
+        ) from None
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """A TCP connection to ``host:port`` (``auto`` is left to Ray), or a one-line error."""
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise RayUnavailableError(
+            f"ray_address must be host:port of a Ray head (or auto), got {address!r}"
+        )
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise RayUnavailableError(
+            f"cannot reach the Ray cluster at {address!r}: {reason}; start it with "
+            "`ray start --head` or drop --ray-address to run a local instance"
+        ) from None
+
+
+def connect(address: str | None, cpus: int) -> bool:
+    """Connects this process to Ray: to ``address``, or to a new local instance bound to
+    127.0.0.1 with ``cpus`` CPUs (at least this machine's) and a fixed object store. Returns
+    whether this call connected (then ``disconnect`` undoes it); a process already connected
+    (a notebook, a test fixture) is used as it is."""
+    require_ray()
+    import ray
+
+    if address is not None:
+        check_reachable(address)
+    if ray.is_initialized():
+        return False
+    with _quiet_start():
+        return _connect(ray, address, cpus)
+
+
+@contextlib.contextmanager
+def _quiet_start():
+    """Ray's start-up notes are not heron's to print: Python's warning that starting its
+    processes forks a multithreaded process (they exec at once), and the token
+    authentication note."""
+    ray_log = logging.getLogger("ray")
+    level = ray_log.level
+    ray_log.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called")
+            yield
+    finally:
+        ray_log.setLevel(level)
+
+
+def _connect(ray, address: str | None, cpus: int) -> bool:
+    quiet = dict(log_to_driver=False, logging_level=logging.WARNING)
+    if address is None:
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # workers on 127.0.0.1 too
+        ray.init(
+            num_cpus=max(os.cpu_count() or 1, cpus),
+            object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            **quiet,
+        )
+        return True
+    try:
+        ray.init(address=address, **quiet)
+    except Exception as error:  # Ray's own connection errors, in one line
+        first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+        raise RayUnavailableError(
+            f"cannot attach to the Ray cluster at {address!r}: {first}"
+        ) from None
+    return True
+
+
+def disconnect() -> None:
+    import ray
+
+    ray.shutdown()

@@ -1,0 +1,384 @@
+"""Actors on Ray (heron.distributed) against one local Ray instance per module, bound to
+127.0.0.1, with 4 counted CPUs and a small object store. Faults are injected by the
+environments of tests/ray_envs.py, armed by files: exactly one fault where one is asked for,
+never by chance. Every run is small (PPO's contract case on CartPole, 2 actors of 2 envs)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+import ray_envs
+from contract_cases import CASES
+
+from heron import api, cli
+from heron.run_config import DistConfig, RunConfig
+from heron.training import checkpoints
+
+pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+PPO = CASES["ppo"].config
+JAX_ENV = "heron:CartPole-fragile-v1"
+GYM_ENV = "gym:HeronFlakyCartPole-v1"
+TOLERANCE = 1e-4  # tests/test_parallel.py's for a trained run on two devices
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """(address, faults directory) of a Ray instance for this module."""
+    import ray
+
+    faults = tmp_path_factory.mktemp("faults")
+    os.environ[ray_envs.FAULTS] = str(faults)  # the actor processes inherit it
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    ray.init(
+        num_cpus=4,
+        object_store_memory=200 * 1024**2,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        log_to_driver=False,
+    )
+    yield ray.get_runtime_context().gcs_address, faults
+    ray.shutdown()
+
+
+def _run(address, **overrides) -> RunConfig:
+    dist = DistConfig(**overrides.pop("dist", {}))
+    settings = dict(
+        env=JAX_ENV,
+        env_module="ray_envs",
+        steps=1024,  # 32 iterations of 32 steps
+        num_envs=4,
+        actors=2,
+        ray_address=address,
+        n_evals=2,
+        eval_every_n=16,
+        eval_temperatures=(0.0,),
+        save_every_n=2,
+        done_frac_for_policy_save=0.0,
+    )
+    return RunConfig(**{**settings, **overrides}, dist=dist)
+
+
+def _train(run: RunConfig, run_dir) -> dict:
+    return api.train(api.build("ppo", PPO, run), str(run_dir))
+
+
+def _lines(run_dir, kind="train"):
+    lines = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    return [line for line in lines if line["kind"] == kind]
+
+
+def _params(run_dir):
+    setup, _, state, _ = api.load_run(str(run_dir))
+    return jax.tree.leaves(setup.agent.params(state.agent_state))
+
+
+@pytest.fixture(scope="module")
+def baseline(cluster, tmp_path_factory):
+    """The synchronous 2-actor run every exactness test compares with."""
+    run_dir = tmp_path_factory.mktemp("baseline") / "run"
+    return _train(_run(cluster[0]), run_dir), run_dir
+
+
+def test_a_synchronous_run_repeats_exactly(cluster, baseline, tmp_path):
+    summary, run_dir = baseline
+    again = _train(_run(cluster[0]), tmp_path / "again")
+    assert again["params_digest"] == summary["params_digest"]
+    assert summary["dist"]["actors"] == 2 and summary["dist"]["actor_restarts"] == 0
+    assert len(summary["dist"]["actor_steps_per_s"]) == 2
+    assert all(speed > 0 for speed in summary["dist"]["actor_steps_per_s"])
+    lines = _lines(run_dir)
+    assert [line["iteration"] for line in lines] == list(range(1, 33))
+    for line in lines:  # one unroll of each actor per iteration, made with the newest params
+        assert line["dist/actor0_unrolls_taken"] == line["dist/actor1_unrolls_taken"]
+        assert line["dist/actor0_unrolls_taken"] == line["iteration"]
+        assert line["dist/policy_lag_max"] == 0.0
+
+
+def test_one_actor_equals_the_in_process_run(cluster, tmp_path):
+    run = _run(cluster[0], actors=1, steps=256)
+    on_ray = _train(run, tmp_path / "ray")
+    in_process = _train(dataclasses.replace(run, actors=0, ray_address=None), tmp_path / "local")
+    assert on_ray["dist"]["actors"] == 1 and "dist" not in in_process
+    ours, theirs = _params(tmp_path / "ray"), _params(tmp_path / "local")
+    assert max(float(np.max(np.abs(a - b))) for a, b in zip(ours, theirs, strict=True)) < 1e-5
+    assert on_ray["final_eval_return"] == pytest.approx(in_process["final_eval_return"])
+
+
+def test_policy_lag_one_acts_one_version_behind(cluster, tmp_path):
+    run = _run(cluster[0], steps=256, dist={"policy_lag": 1})
+    summary = _train(run, tmp_path / "a")
+    lines = _lines(tmp_path / "a")
+    assert [line["dist/policy_lag_max"] for line in lines] == [0.0] + [1.0] * 7
+    assert summary["dist"]["policy_lag_max"] == 1.0
+
+
+def test_sigkill_of_an_actor_leaves_the_synchronous_run_unchanged(cluster, baseline, tmp_path):
+    ray_envs.arm(cluster[1], ray_envs.KILL)
+    summary = _train(_run(cluster[0]), tmp_path / "run")
+    assert not os.path.exists(os.path.join(cluster[1], ray_envs.KILL))  # it fired
+    assert summary["dist"]["actor_restarts"] == 1
+    assert summary["dist"]["unrolls_lost"] == 0
+    assert summary["params_digest"] == baseline[0]["params_digest"]
+
+
+def test_sigkill_of_an_actor_in_an_asynchronous_run(cluster, tmp_path):
+    ray_envs.arm(cluster[1], ray_envs.KILL)
+    run = _run(cluster[0], steps=512, dist={"driver": "async", "learn_queue_cap": 2})
+    summary = _train(run, tmp_path / "run")
+    assert not os.path.exists(os.path.join(cluster[1], ray_envs.KILL))
+    assert summary["dist"]["actor_restarts"] == 1 and summary["dist"]["unrolls_lost"] == 0
+    lines = _lines(tmp_path / "run")
+    assert [line["iteration"] for line in lines] == list(range(1, 17))
+    updates = {line["train/updates"] for line in lines}
+    assert len(updates) == 1 and updates.pop() > 0  # every iteration learnt, the same amount
+    for line in lines:
+        taken = [line[f"dist/actor{a}_unrolls_taken"] for a in range(2)]
+        # Each actor's unrolls were taken in order, none twice and none skipped.
+        assert taken == [line[f"dist/actor{a}_next_unroll"] for a in range(2)]
+        assert sum(taken) == 2 * line["iteration"]
+
+
+def test_an_environment_that_raises_once_is_recovered(cluster, tmp_path, capfd):
+    ray_envs.arm(cluster[1], ray_envs.RAISE_ONCE)
+    summary = _train(_run(cluster[0], env=GYM_ENV, steps=256), tmp_path / "run")
+    assert summary["dist"]["actor_restarts"] == 1 and summary["steps"] == 256
+    err = capfd.readouterr().err
+    assert "RuntimeError: environment broke at step" in err
+    assert "Gymnasium environments start fresh episodes" in err
+
+
+def test_an_environment_that_always_raises_stops_the_run_in_one_line(cluster, tmp_path, capfd):
+    ray_envs.arm(cluster[1], ray_envs.RAISE_ALWAYS)
+    run_dir = tmp_path / "run"
+    argv = [
+        "train", "ppo", "--env", GYM_ENV, "--env-module", "ray_envs", "--steps", "512",
+        "--num-envs", "4", "--actors", "2", "--ray-address", cluster[0], "--run-dir",
+        str(run_dir), "--n-evals", "2", "--eval-temperatures", "0.0", "--save-every-n", "1",
+        "--done-frac-for-policy-save", "0", "--dist.max-actor-restarts", "1",
+        "--ppo.unroll-length", "8", "--ppo.batch-size", "16", "--ppo.num-epochs", "2",
+    ]  # fmt: skip
+    try:
+        status = cli.main(argv)
+    finally:
+        os.unlink(os.path.join(cluster[1], ray_envs.RAISE_ALWAYS))
+    errors = [line for line in capfd.readouterr().err.splitlines() if "heron: error" in line]
+    assert status == 1 and len(errors) == 1
+    assert "actor" in errors[0] and GYM_ENV in errors[0]
+    assert "RuntimeError: environment broke at step" in errors[0]
+    assert "dist.max_actor_restarts=1" in errors[0]
+    saved = checkpoints.latest_step(str(run_dir))
+    assert saved is not None and saved < 16
+    resumed = api.resume(str(run_dir))  # the environment fixed: the run continues
+    assert resumed["steps"] == 512
+
+
+_DRIVER = """
+import sys
+sys.path.insert(0, {tests!r})
+from contract_cases import CASES
+from heron import api
+from heron.cli import configure_compile_cache
+from heron.run_config import RunConfig
+configure_compile_cache()
+run = RunConfig(**{run!r})
+print(api.train(api.build("ppo", CASES["ppo"].config, run), {run_dir!r})["params_digest"])
+"""
+
+
+def _driver(run: RunConfig, run_dir, env=None, **popen):
+    settings = {f.name: getattr(run, f.name) for f in dataclasses.fields(run) if f.name != "dist"}
+    script = _DRIVER.format(tests=TESTS, run=settings, run_dir=str(run_dir))
+    return subprocess.Popen([sys.executable, "-c", script], text=True, env=env, **popen)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie has ended
+        return f.read().split(")")[-1].split()[0] != "Z"
+
+
+def _cli_process(argv, log):
+    """``heron`` in a subprocess whose stderr goes to ``log`` (tests/ on its path)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")])}
+    with open(log, "w") as stderr:
+        return subprocess.Popen(
+            [sys.executable, "-m", "heron.cli", *argv],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=env,
+        )
+
+
+def _wait_for_checkpoint_after(run_dir, step, process) -> int:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and process.poll() is None:
+        saved = checkpoints.latest_step(str(run_dir))
+        if saved is not None and saved > step:
+            return saved
+        time.sleep(0.05)
+    raise AssertionError(f"no checkpoint after {step} in {run_dir} (exit {process.poll()})")
+
+
+def _actor_pids(log) -> list[int]:
+    listed = next(line for line in open(log) if "actors on Ray" in line)
+    return [int(part.split()[0]) for part in listed.split("pid ")[1:]]
+
+
+def _ended(pids, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.2)
+    return not any(_alive(pid) for pid in pids)
+
+
+def test_sigterm_then_sigkill_of_the_driver_then_resume_equals_the_uninterrupted_run(
+    cluster, baseline, tmp_path
+):
+    """The baseline's run from the command line: SIGTERM saves and stops it cleanly; its
+    resumption is SIGKILLed; resuming again ends exactly where the uninterrupted run did."""
+    run_dir = tmp_path / "run"
+    argv = [
+        "train", "ppo", "--env", JAX_ENV, "--env-module", "ray_envs", "--steps", "1024",
+        "--num-envs", "4", "--actors", "2", "--ray-address", cluster[0], "--run-dir",
+        str(run_dir), "--n-evals", "2", "--eval-every-n", "16", "--eval-temperatures", "0.0",
+        "--save-every-n", "2", "--done-frac-for-policy-save", "0",
+        "--ppo.unroll-length", "8", "--ppo.batch-size", "16", "--ppo.num-epochs", "2",
+    ]  # fmt: skip
+    first = _cli_process(argv, tmp_path / "first.log")
+    _wait_for_checkpoint_after(run_dir, 0, first)
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=120) == 128 + signal.SIGTERM
+    assert "heron: stopped: SIGTERM" in open(tmp_path / "first.log").read()
+    stopped_at = checkpoints.latest_step(str(run_dir))
+    assert _ended(_actor_pids(tmp_path / "first.log"), within_s=30)
+
+    second = _cli_process(["train", "--resume", str(run_dir)], tmp_path / "second.log")
+    killed_at = _wait_for_checkpoint_after(run_dir, stopped_at, second)
+    os.kill(second.pid, signal.SIGKILL)
+    second.wait()
+    assert killed_at < 32
+    assert _ended(_actor_pids(tmp_path / "second.log"), within_s=60)  # Ray ends them
+    resumed = api.resume(str(run_dir))
+    assert resumed["params_digest"] == baseline[0]["params_digest"]
+
+
+def test_a_two_device_learner_with_two_actors_equals_the_one_device_learner(
+    cluster, baseline, tmp_path
+):
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    driver = _driver(_run(cluster[0]), tmp_path / "run", env=env, stderr=subprocess.PIPE)
+    _, err = driver.communicate(timeout=600)
+    assert driver.returncode == 0, err[-3000:]
+    ours, theirs = _params(tmp_path / "run"), _params(baseline[1])
+    difference = max(float(np.max(np.abs(a - b))) for a, b in zip(ours, theirs, strict=True))
+    assert 0 < difference < TOLERANCE  # another summation order, the same learning
+
+
+# ---------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"num_envs": 6, "actors": 4}, "num_envs=6 must be a multiple of actors=4"),
+        ({"actors": 2, "seeds": 2}, "seeds=2"),
+        ({"actors": 2, "dataset": "data"}, "drop --actors or --dataset"),
+        (
+            {"actors": 2, "dist": DistConfig(driver="async", learn_queue_cap=3)},
+            "dist.learn_queue_cap=3 must be <= actors=2",
+        ),
+        (
+            {"actors": 2, "replay": "uniform", "dist": DistConfig(driver="async")},
+            "replay='uniform' cannot serve it",
+        ),
+        ({"dist": DistConfig(driver="async")}, "add --actors"),
+        ({"actors": 2, "dist": DistConfig(learn_queue_cap=2)}, "add --dist.driver async"),
+    ],
+)
+def test_bad_run_options_are_refused_in_one_line(overrides, message):
+    with pytest.raises(api.ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        RunConfig(**overrides)
+
+
+def _cli_refuses(argv, tmp_path, capsys, status=2) -> str:
+    run_dir = tmp_path / "never"
+    assert cli.main([*argv, "--run-dir", str(run_dir)]) == status
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("heron: error: ")
+    assert not run_dir.exists()  # nothing written
+    return err[0]
+
+
+def test_an_unreachable_ray_address_is_refused(tmp_path, capsys):
+    line = _cli_refuses(
+        ["train", "ppo", "--actors", "1", "--ray-address", "127.0.0.1:9"], tmp_path, capsys
+    )
+    assert "cannot reach the Ray cluster at '127.0.0.1:9'" in line
+
+
+def test_missing_ray_names_the_extra_to_install(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails as if not installed
+    line = _cli_refuses(["train", "ppo", "--actors", "1"], tmp_path, capsys)
+    assert "pip install 'heron[ray]'" in line
+
+
+def test_a_gpu_learner_on_a_cluster_without_gpus_is_refused(cluster, tmp_path, capsys):
+    argv = ["train", "ppo", "--actors", "1", "--ray-address", cluster[0]]
+    line = _cli_refuses([*argv, "--dist.learner-gpus", "1"], tmp_path, capsys)
+    assert "dist.learner_gpus=1 needs 1 GPUs; the Ray cluster has 0" in line
+
+
+def test_plain_runs_never_import_ray():
+    script = (
+        "import sys; from heron import api; from heron.run_config import RunConfig; "
+        "api.build('ppo', run=RunConfig()); print('ray' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.stdout.strip() == "False", out.stderr[-2000:]
+
+
+# ---------------------------------------------------------------------------- learning
+
+
+@pytest.mark.slow
+def test_crr_learns_pendulum_with_two_actors(cluster, tmp_path):
+    """tests/test_learning.py's CRR threshold, with the experience from 2 actors."""
+    from heron.agents import CRRConfig
+
+    run = RunConfig(
+        env="gymnax:Pendulum-v1",
+        steps=40_000,
+        seed=0,
+        reward_scale=0.1,
+        eval_every_n=125,
+        eval_temperatures=(0.0,),
+        actors=2,
+        ray_address=cluster[0],
+    )
+    summary = api.train(api.build("crr", CRRConfig(), run), str(tmp_path / "run"))
+    assert summary["best_eval_return"] >= -400
+
+
+@pytest.mark.slow
+def test_ppo_solves_gymnasium_cartpole_with_two_actors(cluster, tmp_path):
+    """tests/test_learning.py's PPO threshold on Gymnasium CartPole, with 2 actors."""
+    from heron.agents import PPOConfig
+
+    run = RunConfig(env="gym:CartPole-v1", steps=150_000, seed=0, actors=2, ray_address=cluster[0])
+    summary = api.train(api.build("ppo", PPOConfig(), run), str(tmp_path / "run"))
+    assert summary["best_eval_return"] >= 475
+    assert summary["final_eval_return"] >= 475
