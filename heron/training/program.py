@@ -148,6 +148,8 @@ def make_program(agent: Agent, replay, source: Source, evaluate: Callable) -> Pr
         agent_state, replay_state, metrics = learn_phase(
             agent, seen, state.agent_state, replay_state, learn_key, source.learn_limit
         )
+        if steps is not None:  # where non-finite values come from, when there are any
+            metrics.update(non_finite_inputs(getattr(steps, "steps", steps)))
         if hasattr(source, "metrics"):
             metrics.update(source.metrics(source_state))
         new_state = TrainState(agent_state, replay_state, source_state, key, state.iteration + 1)
