@@ -34,7 +34,7 @@ import tyro
 USAGE = """usage: heron train ALGO [options] [--ALGO.FIELD VALUE ...]
        heron train [ALGO] --config FILE [options]   (TOML/YAML/JSON; a run's config.json)
        heron train --resume RUN_DIR [--steps N]
-       heron eval RUN_DIR [--episodes N] [--temperature T]
+       heron eval RUN_DIR [--episodes N] [--temperature T] [--best] [--video OUT.gif]
        heron plot RUN_DIR [RUN_DIR ...] --out FILE.png [--temperatures T ...]
        heron collect RUN_DIR --episodes N --out DATASET [--temperature T] [--epsilon E]
        heron check-env ID [--env-module MODULE] [--steps N] [--seed S]
@@ -336,6 +336,11 @@ class EvalArgs:
     """Sampling temperature; 0 is greedy."""
     best: bool = False
     """Evaluate the checkpoint of the best greedy evaluation instead of the latest."""
+    video: str | None = None
+    """Also write episodes of the policy to this GIF or MP4 (environments with a Gymnasium
+    renderer)."""
+    video_episodes: int = 1
+    """Episodes in the video."""
 
 
 def cmd_eval(argv: list[str]) -> dict:
@@ -348,7 +353,19 @@ def cmd_eval(argv: list[str]) -> dict:
     configure_compile_cache()
     from heron import api
 
-    return api.evaluate_run(args.run_dir, args.episodes, args.temperature, best=args.best)
+    result = api.evaluate_run(args.run_dir, args.episodes, args.temperature, best=args.best)
+    if args.video is not None:
+        from heron import video
+
+        if args.video_episodes <= 0:
+            raise UsageError(f"--video-episodes must be > 0, got {args.video_episodes}")
+        made = video.record(
+            args.run_dir, args.video, args.video_episodes, args.temperature, args.best
+        )
+        result.update(
+            video=made["video"], video_frames=made["frames"], video_returns=made["returns"]
+        )
+    return result
 
 
 @dataclasses.dataclass(frozen=True)

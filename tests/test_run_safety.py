@@ -257,3 +257,30 @@ def dataclasses_replace(config, **changes):
     import dataclasses
 
     return dataclasses.replace(config, **changes)
+
+
+def test_a_video_of_the_policy(tmp_path, capsys):
+    from PIL import Image
+
+    from heron.cli import main
+
+    run_dir = tmp_path / "run"
+    assert main(["train", "ppo", "--run-dir", str(run_dir), "--steps", "256", *SMALL]) == 0
+    capsys.readouterr()
+    out = tmp_path / "cartpole.gif"
+    assert main(["eval", str(run_dir), "--episodes", "2", "--video", str(out)]) == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    frames = line["video_frames"]
+    assert line["video"] == str(out) and frames == line["video_returns"][0] + 1
+    with Image.open(out) as gif:
+        assert 1 < gif.n_frames <= frames and gif.size[0] > 100  # identical frames merge
+    assert main(["eval", str(run_dir), "--video", str(tmp_path / "x.avi")]) == 2
+    assert "unknown format .avi; use .gif or .mp4" in capsys.readouterr().err
+
+
+def test_an_env_without_a_renderer_is_refused_for_video():
+    from heron.video import VideoError, render_id
+
+    assert render_id("gymnax:CartPole-v1") == "CartPole-v1"
+    with pytest.raises(VideoError, match="'heron:CartPole-masked-v1' cannot be rendered"):
+        render_id("heron:CartPole-masked-v1")
