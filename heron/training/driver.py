@@ -66,6 +66,7 @@ class Setup:
     evaluate: Any  # (agent_state, observations, key) -> returns [n_temperatures, n]
     record: dict  # config.json's entries
     controller: Any = None  # history -> {hyperparameter: multiplier}, at each evaluation
+    compiled: Program | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def steps_per_iteration(self) -> int:
@@ -84,7 +85,11 @@ class Setup:
         return min(self.run.eval_temperatures) if self.run.separate_eval else 1.0
 
     def program(self) -> Program:
-        return make_program(self.agent, self.replay, self.source, self.evaluate)
+        """The compiled program, made once: its functions keep their traces, so the
+        validation in ``make_setup`` and the run share them."""
+        if self.compiled is None:
+            self.compiled = make_program(self.agent, self.replay, self.source, self.evaluate)
+        return self.compiled
 
 
 def make_setup(
