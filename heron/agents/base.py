@@ -49,8 +49,9 @@ class Agent:
     learn: Callable  # (state, replay, replay_state, key) -> (state, replay_state, metrics)
     params: Callable  # state -> the parameters that define the policy (digests, init-from)
     replayers: tuple[str, ...]  # the replayers it learns from; the first is its default
-    # metrics (one iteration's means, one seed) -> warnings worth printing (each once)
-    advise: Callable[[dict], list[str]] | None = None
+    # metrics (one iteration's means, one seed) -> {topic: warning}; each topic is printed
+    # once a run, whatever its figures
+    advise: Callable[[dict], dict[str, str]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

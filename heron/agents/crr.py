@@ -431,16 +431,16 @@ def _build(spec: EnvSpec, config: CRRConfig, devices):
 
     update = learning.data_parallel(update, devices or jax.devices(), "crr", config.batch_size)
 
-    def advise(metrics: dict) -> list[str]:
+    def advise(metrics: dict) -> dict[str, str]:
         """Targets clipped to the value support train the critic towards the wrong values."""
         fraction = metrics.get("crr/clipped_fraction", 0.0)
         if fraction <= CLIPPED_WARNING:
-            return []
-        return [
-            f"crr: {fraction:.0%} of the critic's target mass falls outside its support "
+            return {}
+        return {
+            "clipped": f"crr: {fraction:.0%} of the critic's target mass falls outside its support "
             f"[{config.vmin:g}, {config.vmax:g}] and is clipped to its edges: scale the rewards "
             "(--reward-scale) or widen the support (--crr.vmin, --crr.vmax)"
-        ]
+        }
 
     agent = Agent(
         name="crr",

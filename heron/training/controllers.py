@@ -72,10 +72,12 @@ def parse_controller(text: str) -> Controller:
         raise ConfigError(f"unknown controller {text!r}; built-ins: {forms}")
     args = [a.strip() for a in match[2].split(",")]
     try:
-        name, factor, patience = args
-        return Plateau(name, float(factor), int(patience))
-    except ValueError:
+        name, factor, patience = args[0], float(args[1]), int(args[2])
+        if len(args) != 3:
+            raise ValueError
+    except (ValueError, IndexError):
         raise ConfigError(f"controller {text!r}: expected {BUILT_IN[match[1]]}") from None
+    return Plateau(name, factor, patience)  # checks the values' ranges
 
 
 def check_names(values: dict, controllable: tuple[str, ...]) -> None:

@@ -334,17 +334,17 @@ class _Loop:
                 self.best_checkpointer.save(index + 1, state, self.setup.record)
 
     def _advise(self, metrics: dict, steps: int) -> None:
-        """The agent's warnings about its metrics, each printed and logged once."""
+        """The agent's warnings about its metrics, each topic printed and logged once a run."""
         if self.setup.agent.advise is None:
             return
-        for k in range(self.setup.run.seeds):
-            for message in self.setup.agent.advise({n: float(v[k]) for n, v in metrics.items()}):
-                if message not in self.advised:
-                    self.advised.add(message)
+        for k, seed in enumerate(self.setup.seeds):
+            advice = self.setup.agent.advise({n: float(v[k]) for n, v in metrics.items()})
+            for topic, message in advice.items():
+                if topic not in self.advised:
+                    self.advised.add(topic)
                     print(f"heron: warning: {message}", file=sys.stderr)
-                    self._write(
-                        {"kind": "note", "step": steps, "wall_s": self.wall(), "message": message}
-                    )
+                    note = {"kind": "note", "step": steps, "wall_s": self.wall(), "seed": seed}
+                    self._write({**note, "message": message})
 
     def _write(self, record: dict) -> None:
         self.history.append(record)
