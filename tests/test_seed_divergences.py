@@ -48,6 +48,15 @@ def test_replayed_observations_are_normalised_with_the_latest_statistics():
     np.testing.assert_allclose(batch.observation, expected, rtol=1e-5, atol=1e-6)
 
 
+def _uniform_policy(params):
+    """The policy head's weights zeroed: equal logits everywhere, so the mode is action 0."""
+
+    def zero_head(path, x):
+        return jnp.zeros_like(x) if "head" in jax.tree_util.keystr(path) else x
+
+    return jax.tree_util.tree_map_with_path(zero_head, params)
+
+
 def test_boltzmann_resampling_serves_evaluation_too():
     """Acme's ExpQWeightedPolicy for evaluation (``crr.eval_acting boltzmann``): at
     temperature 0 the candidate of highest Q, where the plain policy takes its mode."""
@@ -63,6 +72,7 @@ def test_boltzmann_resampling_serves_evaluation_too():
     for eval_acting in ("policy", "boltzmann"):
         agent = agents.make("crr", DISCRETE, CRRConfig(eval_acting=eval_acting, **settings))
         state = _critic_preferring_action_one(agent.init(jax.random.PRNGKey(0)), 11)
+        state = state._replace(policy_params=_uniform_policy(state.policy_params))
         carry = agent.initial_carry(2000)
         action, _ = agent.policy(state, timestep, carry, jax.random.PRNGKey(1), 0.0)
         greedy[eval_acting] = float(jnp.mean(action == 1))
@@ -87,11 +97,21 @@ class NeverTerminates(CountingJaxEnv):
         return obs, state, reward, jnp.array(False), info
 
 
+class TerminatesEarly(CountingJaxEnv):
+    """The counting env whose episodes terminate after two steps whatever the policy does
+    (before the time limit of three), so every iteration ends episodes that are done."""
+
+    def step_env(self, key, state, action, params):
+        obs, state, reward, _, info = super().step_env(key, state, action, params)
+        return obs, state, reward, state.time >= 2, info
+
+
 envs.register("Truncated-v0", lambda: (NeverTerminates(), CountingParams()))
+envs.register("Terminated-v0", lambda: (TerminatesEarly(), CountingParams()))
 
 
 @pytest.mark.parametrize(
-    "env, saves", [("heron:Truncated-v0", [8]), ("heron:Counting-v0", [6, 7, 8])]
+    "env, saves", [("heron:Truncated-v0", [8]), ("heron:Terminated-v0", [6, 7, 8])]
 )
 def test_the_save_rule_counts_terminated_episodes_only(tmp_path, env, saves):
     """Trax's done_frac_for_policy_save waits for episodes that are done; truncated ones
