@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import sys
 
@@ -173,9 +174,17 @@ def train(setup: Setup, run_dir: str | None = None) -> dict:
     if _on_gpu_learner(setup):
         from heron.distributed import learner
 
-        return learner.run(setup.algo, setup.agent_config, setup.run, run_dir, resume=False)
+        work = functools.partial(
+            _train_built, setup.algo, setup.agent_config, setup.run, os.path.abspath(run_dir)
+        )
+        return learner.run(setup.run, work)
     with _source_running(setup):
         return driver.train(setup, run_dir)
+
+
+def _train_built(algo, agent_config, run, run_dir: str) -> dict:
+    """Builds and trains a run (in the learner actor, where the build happens again)."""
+    return train(build(algo, agent_config, run), run_dir)
 
 
 def _on_gpu_learner(setup: Setup) -> bool:
@@ -268,9 +277,7 @@ def resume(run_dir: str, steps: int | None = None, controller=None) -> dict:
     if _on_gpu_learner(setup):
         from heron.distributed import learner
 
-        return learner.run(
-            setup.algo, setup.agent_config, setup.run, run_dir, resume=True, steps=steps
-        )
+        return learner.run(setup.run, functools.partial(resume, os.path.abspath(run_dir), steps))
     with _source_running(setup):
         return driver.continue_run(setup, run_dir, rewrite_config=steps is not None)
 

@@ -20,25 +20,24 @@ def inside() -> bool:
 class Learner:
     """The body of the learner actor."""
 
-    def run(self, algo, agent_config, run, run_dir, resume: bool, steps=None) -> dict:
+    def run(self, gpus: int, work) -> dict:
+        """Checks that JAX here sees ``gpus`` GPUs, then runs ``work()`` (the run's training
+        or resumption, handed over by heron.api)."""
         import jax
 
-        from heron import api
-
-        gpus = [d for d in jax.devices() if d.platform == "gpu"]
-        if len(gpus) < run.dist.learner_gpus:
+        found = [d for d in jax.devices() if d.platform == "gpu"]
+        if len(found) < gpus:
             raise cluster.RayUnavailableError(
-                f"dist.learner_gpus={run.dist.learner_gpus}, but JAX in the learner actor "
-                f"sees {len(gpus)} GPUs ({jax.devices()[0].platform} devices): install jax "
-                "with CUDA support on the GPU nodes"
+                f"dist.learner_gpus={gpus}, but JAX in the learner actor sees {len(found)} "
+                f"GPUs ({jax.devices()[0].platform} devices): install jax with CUDA support "
+                "on the GPU nodes"
             )
-        if resume:
-            return api.resume(run_dir, steps)
-        return api.train(api.build(algo, agent_config, run), run_dir)
+        return work()
 
 
-def run(algo, agent_config, run, run_dir: str, resume: bool, steps=None) -> dict:
-    """Runs (or resumes) the run in a learner actor with ``run.dist.learner_gpus`` GPUs."""
+def run(run, work) -> dict:
+    """Runs ``work()`` (a picklable call that trains or resumes ``run``) in a learner actor
+    with ``run.dist.learner_gpus`` GPUs."""
     gpus = run.dist.learner_gpus
     connected = cluster.connect(run.ray_address, run.actors + 1)
     import ray
@@ -55,9 +54,7 @@ def run(algo, agent_config, run, run_dir: str, resume: bool, steps=None) -> dict
             .remote()
         )
         try:
-            return ray.get(
-                learner.run.remote(algo, agent_config, run, os.path.abspath(run_dir), resume, steps)
-            )
+            return ray.get(learner.run.remote(gpus, work))
         except ray.exceptions.RayTaskError as error:
             cause = getattr(error, "cause", None)
             if isinstance(cause, ValueError | RuntimeError):
