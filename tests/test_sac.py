@@ -277,7 +277,9 @@ def test_recurrent_unrolls_reset_at_first(core):
     # unchanged; in sequence 1 (no FIRST) they change what follows.
     changed = batch._replace(observation=batch.observation.at[:3].add(1.0))
     changed_terms = terms_of(state, changed, key)
-    np.testing.assert_allclose(changed_terms.online_q[:, 3:, 0], terms.online_q[:, 3:, 0], rtol=1e-6)
+    np.testing.assert_allclose(
+        changed_terms.online_q[:, 3:, 0], terms.online_q[:, 3:, 0], rtol=1e-6
+    )
     np.testing.assert_allclose(changed_terms.next_q[:, 2:, 0], terms.next_q[:, 2:, 0], rtol=1e-6)
     assert not np.allclose(changed_terms.online_q[:, 3:, 1], terms.online_q[:, 3:, 1])
     assert not np.allclose(changed_terms.next_q[:, 2:, 1], terms.next_q[:, 2:, 1])
