@@ -1,4 +1,4 @@
-"""Pendulum-v1: heron CRR and SVG0 against Stable-Baselines3 SAC, side by side.
+"""Pendulum-v1: heron SAC, CRR and SVG0 against Stable-Baselines3 SAC and SBX SAC, side by side.
 
 Usage (from the repository root)::
 
@@ -15,6 +15,13 @@ compilation cache:
   iteration, ``--reward-scale 0.1``): gymnax Pendulum-v1 at replay ratio 1.0
   (the same update-to-data ratio as SAC) with Acme's networks and with small ones
   (``SMALL_CRR_FLAGS``), at heron's default 0.25, and gym Pendulum-v1 at replay ratio 1.0;
+* SBX SAC (``sbx-rl``, JAX; the same zoo hyperparameters, one env, one update per env
+  step) in its own ``benchmarks/.venvs/sbx`` via ``_peers/sbx_sac.py``;
+* heron SAC through its CLI (``heron train sac``) with its gymnax Pendulum-v1 preset
+  (heron/presets/sac.toml: 16 envs, 64x64 networks, batches of 128, lr 1e-3) at the same
+  update-to-data ratio, 1. SB3, SBX and heron SAC run ``--sac-seeds`` seeds (default 3),
+  one process each, and the script prints each system's mean steps/s, whole-process time
+  and return against env steps, and the ratios against ``SAC_TARGETS``;
 * heron SVG0 through its CLI (``heron train svg0``, same 32 envs and reward scale),
   without and with the learned prior (``--svg0.prior True``), on gymnax Pendulum-v1 at
   replay ratio 0.5 with the settings of its learning test (``SVG0_FLAGS``: 64 x 64
@@ -68,6 +75,12 @@ EVAL_EVERY = 2_048  # env steps between greedy evaluations (64 heron iterations)
 EVAL_EPISODES = 8
 THRESHOLD_RETURN = -200.0  # "steps to >= -200": a usual bar for a swung-up pendulum
 SPEEDUP_TARGET = 5.0  # heron steps/s / SB3 steps/s at the same UTD
+# heron SAC's targets (issue 11): steps/s >= 5x SB3 SAC's and >= SBX SAC's at the same UTD,
+# and a return at 20k steps at least theirs.
+SAC_TARGETS = {"sb3_sac": 5.0, "sbx_sac": 1.0}
+SAC_STEPS, QUICK_SAC_STEPS = 20_000, 4_000  # SBX and heron SAC (SB3: the first FULL_STEPS)
+HERON_SAC_ENVS = 16  # the preset's num_envs (heron/presets/sac.toml)
+SAC_SYSTEMS = ("sb3_sac", "sbx_sac", "heron_sac")
 # Env steps of the full runs: SB3 SAC (the zoo's n_timesteps), heron CRR gymnax at UTD 1,
 # the same with small CRR networks, heron CRR gymnax at its default UTD 0.25, heron CRR gym
 # at UTD 1 (short: ~70 steps/s on 2 cores), heron SVG0 gymnax at UTD 0.5 without and with
@@ -94,16 +107,17 @@ class Run:
     """One planned measurement process."""
 
     name: str
-    system: str  # "sb3" or "heron"
+    system: str  # "sb3", "sbx" or "heron"
     env: str
     utd: float  # gradient updates per env step
     steps: int
     algo: str = "crr"  # heron's algorithm
     prior: bool = False  # SVG0's learned prior
     flags: tuple[str, ...] = ()  # further heron flags
+    seed: int | None = None  # None: --seed
 
 
-def plan(quick: bool, only: tuple[str, ...] = ()) -> list[Run]:
+def plan(quick: bool, only: tuple[str, ...] = (), sac_seeds: tuple[int, ...] = (0,)) -> list[Run]:
     """The runs, in execution order (about 20 min in all on 2 idle cores; --quick about 7),
     or those named in ``only``.
 
@@ -112,8 +126,17 @@ def plan(quick: bool, only: tuple[str, ...] = ()) -> list[Run]:
     """
     sac, utd1, small, default_utd, gym, svg0, svg0_prior = QUICK_STEPS if quick else FULL_STEPS
     gymnax = "gymnax:Pendulum-v1"
+    sac_steps = QUICK_SAC_STEPS if quick else SAC_STEPS
     runs = [
-        Run("sb3_sac", "sb3", "gymnasium:Pendulum-v1", 1.0, sac),
+        run
+        for seed in sac_seeds
+        for run in (
+            Run("sb3_sac", "sb3", "gymnasium:Pendulum-v1", 1.0, sac, seed=seed),
+            Run("sbx_sac", "sbx", "gymnasium:Pendulum-v1", 1.0, sac_steps, seed=seed),
+            Run("heron_sac", "heron", gymnax, 1.0, sac_steps, algo="sac", seed=seed),
+        )
+    ]
+    runs += [
         Run("heron_gymnax_utd1", "heron", gymnax, 1.0, utd1),
         Run("heron_gymnax_utd1_small", "heron", gymnax, 1.0, small, flags=SMALL_CRR_FLAGS),
         Run("heron_gymnax_utd0.25", "heron", gymnax, 0.25, default_utd),
@@ -131,6 +154,10 @@ def plan(quick: bool, only: tuple[str, ...] = ()) -> list[Run]:
 def system_name(run: Run) -> str:
     if run.system == "sb3":
         return "SB3 SAC"
+    if run.system == "sbx":
+        return "SBX SAC"
+    if run.algo == "sac":
+        return "heron SAC"
     if run.algo == "svg0":
         return "heron SVG0+prior" if run.prior else "heron SVG0"
     return "heron CRR (small)" if run.flags == SMALL_CRR_FLAGS else "heron CRR"
@@ -144,6 +171,7 @@ class Row:
     system: str
     env: str
     utd: float
+    seed: int | None = None
     status: str = "ok"  # ok | failed | skipped
     steps: int | None = None
     updates: int | None = None
@@ -160,6 +188,10 @@ class Row:
     curve: list[dict[str, Any]] = field(default_factory=list)
 
     @property
+    def label(self) -> str:
+        return self.system if self.seed is None else f"{self.system} s{self.seed}"
+
+    @property
     def updates_per_step(self) -> float | None:
         if self.updates is None or not self.steps:
             return None
@@ -170,21 +202,23 @@ class Row:
 
 
 def bench_sb3(run: Run, args) -> tuple[Row, dict[str, Any]]:
-    """Run SB3 SAC once with periodic evaluation."""
-    row = Row(run.name, system_name(run), run.env, run.utd)
+    """Run SB3 (or SBX) SAC once with periodic evaluation."""
+    seed = args.seed if run.seed is None else run.seed
+    row = Row(run.name, system_name(run), run.env, run.utd, seed)
     try:
-        python = prepare_peer("sb3")
+        python = prepare_peer(run.system)
     except SetupError as exc:
         log(f"  skipped: could not prepare its venv: {exc}")
         row.status, row.reason = "skipped", f"venv setup failed: {exc}"
         return row, {}
     argv = [
-        str(python), str(PEERS / "sb3_sac.py"), "--mode", "eval", "--steps", str(run.steps),
-        "--seed", str(args.seed), "--eval-every", str(EVAL_EVERY),
+        str(python), str(PEERS / f"{run.system}_sac.py"), "--mode", "eval",
+        "--steps", str(run.steps), "--seed", str(seed), "--eval-every", str(EVAL_EVERY),
         "--eval-episodes", str(EVAL_EPISODES), "--solved-return", str(THRESHOLD_RETURN),
     ]  # fmt: skip
     runs: dict[str, Any] = {}
-    payload = record_run(runs, run.name, f"SB3 SAC {run.steps:,} steps", measure(argv, args))
+    label = f"{system_name(run)} {run.steps:,} steps, seed {seed}"
+    payload = record_run(runs, run.name, label, measure(argv, args))
     record = runs[run.name]
     row.disturbed = other_load(record) > BUSY_WARNING
     if payload is None:
@@ -271,7 +305,16 @@ def heron_iteration_s(entries: list[dict[str, Any]]) -> dict[str, float | None]:
 
 
 def heron_argv(run: Run, args, run_dir: Path) -> list[str]:
-    """The ``heron train crr|svg0`` command line of ``run``."""
+    """The ``heron train crr|svg0|sac`` command line of ``run``."""
+    seed = args.seed if run.seed is None else run.seed
+    if run.algo == "sac":  # its preset, at the run's update-to-data ratio
+        return [
+            str(args.heron), "train", "sac", "--env", run.env, "--steps", str(run.steps),
+            "--seed", str(seed), "--run-dir", str(run_dir), "--num-envs", str(HERON_SAC_ENVS),
+            "--eval-every-n", str(max(1, round(EVAL_EVERY / HERON_SAC_ENVS))),
+            "--n-evals", str(EVAL_EPISODES), "--eval-temperatures", "0",
+            "--sac.replay.ratio", str(run.utd), *run.flags,
+        ]  # fmt: skip
     eval_every_n = max(1, round(EVAL_EVERY / HERON_ENVS_PER_ITERATION))
     agent_flags = [f"--{run.algo}.replay-ratio", str(run.utd)]
     if run.algo == "svg0":
@@ -286,16 +329,17 @@ def heron_argv(run: Run, args, run_dir: Path) -> list[str]:
 
 
 def bench_heron(run: Run, args) -> tuple[Row, dict[str, Any]]:
-    """Run ``heron train crr|svg0`` once, on an empty compilation cache."""
-    row = Row(run.name, system_name(run), run.env, run.utd)
+    """Run ``heron train crr|svg0|sac`` once, on an empty compilation cache."""
+    row = Row(run.name, system_name(run), run.env, run.utd, run.seed)
     work = args.out.parent / "heron_runs"
-    run_dir = work / f"pendulum_{run.name}"
+    run_dir = work / f"pendulum_{run.name}{'' if run.seed is None else f'_s{run.seed}'}"
     if run_dir.exists():
         shutil.rmtree(run_dir)  # heron creates its run dir itself
     cache = reset_dir(work / f"pendulum_{run.name}.jax-cache")
     child = measure(heron_argv(run, args, run_dir), args, env={"HERON_COMPILE_CACHE": str(cache)})
     runs: dict[str, Any] = {}
     label = f"{system_name(run)} {run.env.split(':')[0]} UTD {run.utd:g}, {run.steps:,} steps"
+    label += "" if run.seed is None else f", seed {run.seed}"
     payload = record_run(runs, run.name, label, child)
     record = runs[run.name]
     row.disturbed = other_load(record) > BUSY_WARNING
@@ -333,7 +377,7 @@ def format_table(rows: list[Row]) -> str:
     )  # fmt: skip
     body = [
         (
-            r.system,
+            r.label,
             r.env,
             f"{r.utd:g}",
             r.status + ("*" if r.disturbed else ""),
@@ -369,14 +413,14 @@ def format_curves(rows: list[Row]) -> str:
     shown = [r for r in rows if r.curve]
     if not shown:
         return "eval curves: none"
-    points = {r.name: {p["step"]: p for p in r.curve} for r in shown}
-    steps = sorted({step for by_step in points.values() for step in by_step})
-    header = ("step", *(f"{r.system} {r.env.split(':')[0]} UTD {r.utd:g}" for r in shown))
+    points = [{p["step"]: p for p in r.curve} for r in shown]
+    steps = sorted({step for by_step in points for step in by_step})
+    header = ("step", *(f"{r.label} {r.env.split(':')[0]} UTD {r.utd:g}" for r in shown))
     body = []
     for step in steps:
         cells = []
-        for r in shown:
-            p = points[r.name].get(step)
+        for by_step in points:
+            p = by_step.get(step)
             cells.append(f"{p['return_mean']:8.1f} @ {p['wall_s']:6.1f} s" if p else "")
         body.append((f"{step:,}", *cells))
     title = "eval curves (greedy mean return @ seconds since process start), by env step:"
@@ -390,7 +434,7 @@ def format_iteration_times(rows: list[Row]) -> str:
         if r.iteration_s:
             filling, learning = r.iteration_s["filling"], r.iteration_s["learning"]
             lines.append(
-                f"  {r.system:<16} {r.env.split(':')[0]:<6} UTD {r.utd:<4g}  "
+                f"  {r.label:<16} {r.env.split(':')[0]:<6} UTD {r.utd:<4g}  "
                 f"{fmt(filling, '.3f')} / {fmt(learning, '.3f')}"
             )
     return "\n".join(lines)
@@ -400,10 +444,16 @@ def find(rows: list[Row], name: str) -> Row | None:
     return next((r for r in rows if r.name == name and r.status == "ok"), None)
 
 
+def mean_of(rows: list[Row], name: str, attribute: str) -> float | None:
+    """The mean of ``attribute`` over the finished runs (every seed) of ``name``."""
+    values = [getattr(r, attribute) for r in rows if r.name == name and r.status == "ok"]
+    values = [v for v in values if v is not None]
+    return statistics.fmean(values) if values else None
+
+
 def compute_ratios(rows: list[Row]) -> dict[str, float | None]:
-    """heron steps/s over SB3 steps/s (None where a side is missing)."""
-    sb3 = find(rows, "sb3_sac")
-    base = sb3.steps_per_s if sb3 else None
+    """heron steps/s over SB3 steps/s (None where a side is missing); SB3's over its seeds."""
+    base = mean_of(rows, "sb3_sac", "steps_per_s")
     ratios = {}
     for name in (
         "heron_gymnax_utd1",
@@ -415,7 +465,84 @@ def compute_ratios(rows: list[Row]) -> dict[str, float | None]:
     ):
         heron = find(rows, name)
         ratios[f"{name}_over_sb3_steps_per_s"] = ratio(heron.steps_per_s if heron else None, base)
+    heron_sac = mean_of(rows, "heron_sac", "steps_per_s")
+    for peer in SAC_TARGETS:
+        peer_rate = mean_of(rows, peer, "steps_per_s")
+        ratios[f"heron_sac_over_{peer}_steps_per_s"] = ratio(heron_sac, peer_rate)
     return ratios
+
+
+def sac_summary(rows: list[Row]) -> dict[str, dict[str, Any]]:
+    """Per SAC system: seeds run, mean steps/s, mean whole-process s, final (20k) return per
+    seed and their mean, mean steps to the threshold, and the mean curve by env step."""
+    summary = {}
+    for name in SAC_SYSTEMS:
+        done = [r for r in rows if r.name == name and r.status == "ok"]
+        if not done:
+            continue
+        by_step: dict[int, list[float]] = {}
+        for r in done:
+            for p in r.curve:
+                by_step.setdefault(p["step"], []).append(p["return_mean"])
+        finals = [r.final_return for r in done if r.final_return is not None]
+        summary[name] = {
+            "system": done[0].system,
+            "seeds": [r.seed for r in done],
+            "steps": [r.steps for r in done],
+            "steps_per_s": mean_of(rows, name, "steps_per_s"),
+            "whole_s": mean_of(rows, name, "whole_s"),
+            "final_returns": finals,
+            "final_return_mean": statistics.fmean(finals) if finals else None,
+            "steps_to_threshold": [r.steps_to_threshold for r in done],
+            "curve": {step: statistics.fmean(v) for step, v in sorted(by_step.items())},
+        }
+    return summary
+
+
+def format_sac(summary: dict[str, dict[str, Any]], ratios: dict[str, float | None]) -> str:
+    """The SAC comparison: each system over its seeds, its mean curve, and the targets."""
+    if not summary:
+        return "SAC comparison: no SAC run finished"
+    header = ("system", "seeds", "steps/s", "whole-process s", "return at end (per seed)",
+              "mean", f"steps to >={THRESHOLD_RETURN:g}")  # fmt: skip
+    body = [
+        (
+            s["system"],
+            ",".join(map(str, s["seeds"])),
+            fmt(s["steps_per_s"], ",.0f"),
+            fmt(s["whole_s"], ".1f"),
+            " ".join(f"{v:.1f}" for v in s["final_returns"]),
+            fmt(s["final_return_mean"], ".1f"),
+            " ".join("-" if v is None else f"{v:,}" for v in s["steps_to_threshold"]),
+        )
+        for s in summary.values()
+    ]
+    lines = ["SAC on Pendulum-v1 at one update per env step (means over seeds):"]
+    lines.append(align([header, *body], numeric_from=2))
+    steps = sorted({step for s in summary.values() for step in s["curve"]})
+    curve_header = ("step", *(s["system"] for s in summary.values()))
+    curve_body = [
+        (f"{step:,}", *(fmt(s["curve"].get(step), ".1f") for s in summary.values()))
+        for step in steps
+    ]
+    lines += ["", "mean greedy return by env step:", align([curve_header, *curve_body], 0), ""]
+    heron = summary.get("heron_sac")
+    for peer, target in SAC_TARGETS.items():
+        value = ratios.get(f"heron_sac_over_{peer}_steps_per_s")
+        verdict = "n/a" if value is None else ("met" if value >= target else "NOT met")
+        shown = "n/a" if value is None else f"{value:.2f}x"
+        lines.append(
+            f"heron SAC steps/s / {peer.split('_')[0].upper()} SAC steps/s: {shown}"
+            f"   target >= {target:g}x: {verdict}"
+        )
+        other = summary.get(peer)
+        if heron and other and None not in (heron["final_return_mean"], other["final_return_mean"]):
+            better = heron["final_return_mean"] >= other["final_return_mean"]
+            lines.append(
+                f"  return at the end: heron {heron['final_return_mean']:.1f} vs "
+                f"{other['final_return_mean']:.1f}: {'equal or better' if better else 'WORSE'}"
+            )
+    return "\n".join(lines)
 
 
 def format_ratios(ratios: dict[str, float | None]) -> str:
@@ -475,6 +602,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--sac-seeds",
+        type=int,
+        default=3,
+        help="seeds of the SAC comparison (SB3, SBX, heron), from --seed on",
+    )
+    parser.add_argument(
         "--only",
         default="",
         metavar="NAMES",
@@ -501,19 +634,23 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     mode = "quick" if args.quick else "full"
     only = tuple(name for name in args.only.split(",") if name)
-    runs = plan(args.quick, only)
-    log(f"Pendulum-v1: heron CRR and SVG0 vs SB3 SAC ({mode}), seed {args.seed}")
+    sac_seeds = tuple(range(args.seed, args.seed + args.sac_seeds))
+    runs = plan(args.quick, only, sac_seeds)
+    log(f"Pendulum-v1: heron SAC, CRR and SVG0 vs SB3 and SBX SAC ({mode}), seed {args.seed}")
     rows: list[Row] = []
     records: dict[str, Any] = {}
     for run in runs:
-        bench = bench_sb3 if run.system == "sb3" else bench_heron
-        row, records[run.name] = bench(run, args)
+        bench = bench_heron if run.system == "heron" else bench_sb3
+        key = run.name if run.seed is None else f"{run.name}_s{run.seed}"
+        row, records[key] = bench(run, args)
         rows.append(row)
 
     ratios = compute_ratios(rows)
     log("\n" + format_table(rows))
     log("\n" + format_curves(rows))
     log("\n" + format_ratios(ratios))
+    sac = sac_summary(rows)
+    log("\n" + format_sac(sac, ratios))
     log("\n" + format_iteration_times(rows))
     log("\n" + NOTES)
 
@@ -530,6 +667,7 @@ def main(argv: list[str] | None = None) -> int:
         "total_wall_s": time.perf_counter() - started,
         "rows": [{**asdict(r), "updates_per_step": r.updates_per_step} for r in rows],
         "ratios": ratios,
+        "sac": sac,
         "runs": records,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

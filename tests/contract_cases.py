@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from heron.agents import CRRConfig, NetworkConfig, PPOConfig, SVG0Config
+from heron.agents import CRRConfig, NetworkConfig, PPOConfig, SACConfig, SVG0Config
 from heron.agents.base import ReplayConfig
 
 SMALL_NETWORK = NetworkConfig(hidden_sizes=(16,), torso="layer_norm_mlp", activation="elu")
@@ -53,6 +53,19 @@ CASES = {
             sequence_length=3,
             num_action_samples=2,
             prior=True,
+            replay=ReplayConfig(min_size=32, ratio=0.5),
+        ),
+        "gymnax:Pendulum-v1",
+        "gym:Pendulum-v1",
+        offline=True,
+        serves=("continuous",),
+    ),
+    "sac": Case(
+        SACConfig(
+            network=SMALL_NETWORK,
+            batch_size=16,
+            unroll_length=2,
+            sequence_length=3,
             replay=ReplayConfig(min_size=32, ratio=0.5),
         ),
         "gymnax:Pendulum-v1",

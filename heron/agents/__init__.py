@@ -5,6 +5,7 @@ from __future__ import annotations
 from heron.agents.base import Agent, ConfigError, ReplayConfig
 from heron.agents.crr import CRRConfig, make_crr
 from heron.agents.ppo import PPOConfig, make_ppo
+from heron.agents.sac import SACConfig, make_sac
 from heron.agents.svg0 import SVG0Config, make_svg0
 from heron.networks import NetworkConfig
 
@@ -13,6 +14,7 @@ REGISTRY = {
     "ppo": (PPOConfig, make_ppo),
     "crr": (CRRConfig, make_crr),
     "svg0": (SVG0Config, make_svg0),
+    "sac": (SACConfig, make_sac),
 }
 
 
@@ -47,6 +49,7 @@ __all__ = [
     "PPOConfig",
     "REGISTRY",
     "ReplayConfig",
+    "SACConfig",
     "SVG0Config",
     "UnknownAgentError",
     "config_class",

@@ -1,0 +1,487 @@
+"""Soft Actor-Critic with twin critics and a learned temperature (Haarnoja et al., 2018,
+https://arxiv.org/abs/1801.01290 and https://arxiv.org/abs/1812.05905), as
+Stable-Baselines3's ``SAC`` and SBX's compute it, trained off-policy from the ``uniform``
+replay on sequences of ``sequence_length`` = T+1 steps (time-major [T+1, B] in ``update``;
+the transition t -> t+1 uses the reward and discount of step t+1, see ``heron/types.py``):
+
+* critics: ``0.5 sum_i (Q_i(s_t, a_t) - y_t)^2`` with the soft target
+  ``y_t = r_{t+1} + gamma d_{t+1} (min_i Q'_i(s_{t+1}, a') - alpha log pi(a'|s_{t+1}))``,
+  ``a' ~ pi(.|s_{t+1})`` from the online policy and ``Q'_i`` the Polyak-averaged target
+  critics: the minimum of the two keeps the target from following one critic's
+  overestimates (Fujimoto et al., 2018, https://arxiv.org/abs/1802.09477);
+* policy: ``alpha log pi(a|s_t) - min_i Q_i(s_t, a)``, ``a ~ pi(.|s_t)`` reparameterised
+  (tanh-Gaussian), the critics held fixed;
+* temperature: ``-log alpha (log pi(a|s_t) + target_entropy)`` (SB3's form, on log alpha),
+  which raises alpha while the policy's entropy is below ``target_entropy`` (default
+  ``-|A|``, the action dimension) and lowers it above.
+
+The three losses are computed from the same state (the critics' and alpha's values before
+this update), each minimised by its own Adam; the target critics follow the online ones by
+Polyak averaging (``tau``) every ``target_update_period`` updates. A transition t -> t+1
+where step t+1 is FIRST is the environment's reset: every loss term at t is masked out
+(``heron.ops.restart_mask``); losses are means over the unmasked transitions.
+
+With a recurrent core (``network.core``), the policy and each critic unroll over the
+sequence from zero states or, with ``use_rollout_state``, from the states recorded when
+acting; the critics at sampled actions step from the state their unroll on the taken
+actions reached (as SVG0 does).
+
+Continuous (Box) actions only: SAC differentiates Q through reparameterised actions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from heron import parallel
+from heron.agents import learning
+from heron.agents.actions import action_size, encode_action, from_box, to_box
+from heron.agents.base import ROLLOUT_STATE, Agent, ConfigError, ReplayConfig, check_config, extra
+from heron.agents.ppo import check_recurrence, warn_zero_start
+from heron.agents.svg0 import restart_masks, sample_with_log_prob, tanh_gaussian
+from heron.configs import integer, number, scheduled
+from heron.networks import DenseHead, PolicyHead, flat_observation, make_network
+from heron.networks.network import Network, NetworkConfig
+from heron.specs import EnvSpec
+from heron.types import Experience, StepType, TimeStep
+
+NUM_CRITICS = 2  # twin critics
+
+
+def sb3_network() -> NetworkConfig:
+    """SB3's SAC networks: two ReLU layers of 256 units."""
+    return NetworkConfig(hidden_sizes=(256, 256), activation="relu")
+
+
+@dataclasses.dataclass(frozen=True)
+class SACConfig:
+    """SAC hyperparameters (Stable-Baselines3's defaults where it has one)."""
+
+    learning_rate: float | str = scheduled(3e-4, 0.0, low_open=True)
+    """Adam step size of the policy, the critics and the temperature."""
+    discount: float | str = scheduled(0.99, 0.0, 1.0)
+    """Reward discount factor, in [0, 1]."""
+    tau: float = number(0.005, 0.0, 1.0, low_open=True)
+    """Polyak coefficient of the target critics, in (0, 1]: target += tau (online - target);
+    1 is a hard copy."""
+    target_update_period: int = integer(1, 1)
+    """Updates between two Polyak steps of the target critics."""
+    initial_alpha: float = number(1.0, 0.0, low_open=True)
+    """The temperature alpha (the entropy's weight) at the start, > 0."""
+    learn_alpha: bool = True
+    """Learn alpha towards target_entropy; False keeps it at initial_alpha."""
+    target_entropy: float | None = number(None, optional=True)
+    """The policy entropy alpha is tuned towards; None: -(action dimension)."""
+    max_grad_norm: float = number(math.inf, 0.0, low_open=True)
+    """Global-norm gradient clipping per network; inf (SB3: none) disables it."""
+    network: NetworkConfig = dataclasses.field(default_factory=sb3_network)
+    """Torso and core of the policy and of each critic."""
+    use_rollout_state: bool = False
+    """Start each training sequence from the core states recorded when acting (ALF); the
+    target critics start from the same states as their online critics (as R2D2 does)."""
+    unroll_length: int = integer(1, 1)
+    """Environment steps collected per environment per iteration."""
+    batch_size: int = integer(256, 1)
+    """Sequences per update (SB3: 256 transitions)."""
+    sequence_length: int = integer(2, 2)
+    """Steps per sampled training sequence, T+1 >= 2 (T transitions)."""
+    replay: ReplayConfig = dataclasses.field(
+        default_factory=lambda: ReplayConfig(min_size=1_000, ratio=1.0)
+    )
+    """The uniform replay: capacity, warm-up and replay ratio (SB3: one update per step)."""
+
+    def __post_init__(self):
+        check_config(self, "sac")
+        check_recurrence(self, "sac")
+
+
+class SACState(NamedTuple):
+    policy_params: Any
+    critic_params: Any  # the twin critics' parameters, stacked [2, ...]
+    target_critic_params: Any
+    log_alpha: jax.Array  # float32 []
+    policy_opt_state: Any
+    critic_opt_state: Any
+    alpha_opt_state: Any  # () when alpha is not learnt
+    update_step: jax.Array  # int32
+    controls: Any = ()  # {hyperparameter: multiplier} a controller may change
+
+
+# --------------------------------------------------------------------------- loss pieces
+
+
+masked_mean = parallel.masked_mean  # over the whole batch, whichever devices hold it
+
+
+def soft_target(reward_t, discount_t, next_q, next_log_prob, alpha):
+    """The soft TD target ``r_t + discount_t (min_i Q'_i - alpha log pi)`` (no gradient).
+
+    Args:
+      reward_t: [T, B] the rewards of steps 1..T.
+      discount_t: [T, B] gamma times the discounts of steps 1..T.
+      next_q: [2, T, B] the target critics at (s_{t+1}, a'), a' ~ pi(.|s_{t+1}).
+      next_log_prob: [T, B] log pi(a'|s_{t+1}).
+      alpha: the temperature [].
+    """
+    soft_value = jnp.min(next_q, axis=0) - alpha * next_log_prob
+    return jax.lax.stop_gradient(reward_t + discount_t * soft_value)
+
+
+def critic_loss_from(q_t, target_t, mask):
+    """Masked mean over transitions of ``0.5 sum_i (Q_i - y)^2``: q_t [2, T, B], target_t and
+    mask [T, B] (SB3: half the sum of the critics' mean squared errors)."""
+    per_step = 0.5 * jnp.sum((q_t - jax.lax.stop_gradient(target_t)) ** 2, axis=0)
+    return masked_mean(per_step, mask)
+
+
+def policy_loss_from(q_t, log_prob_t, alpha, mask):
+    """Masked mean of ``alpha log pi(a|s) - min_i Q_i(s, a)``: q_t [2, T, B] at the policy's
+    reparameterised actions, log_prob_t and mask [T, B], alpha [] (no gradient)."""
+    per_step = jax.lax.stop_gradient(alpha) * log_prob_t - jnp.min(q_t, axis=0)
+    return masked_mean(per_step, mask)
+
+
+def alpha_loss_from(log_alpha, log_prob_t, target_entropy, mask):
+    """Masked mean of ``-log_alpha (log pi(a|s) + target_entropy)`` (SB3's temperature
+    loss): its gradient raises alpha while the entropy ``-log pi`` is below the target."""
+    per_step = -log_alpha * jax.lax.stop_gradient(log_prob_t + target_entropy)
+    return masked_mean(per_step, mask)
+
+
+def default_target_entropy(spec: EnvSpec) -> float:
+    """SAC's heuristic: minus the action dimension."""
+    return -float(action_size(spec.action))
+
+
+# --------------------------------------------------------------------------- the agent
+
+
+class Inputs(NamedTuple):
+    """A sampled batch as the losses read it: [S, B] time-major, S = T+1."""
+
+    observation: Any  # [S, B, obs] flat
+    action: Any  # [S, B, d] in [-1, 1]
+    first: Any  # bool [S, B]
+    mask: Any  # [T, B]: 0 for the restart transitions
+    reward: Any  # [S, B]
+    discount: Any  # [S, B]
+    start: Any  # {"policy", "critic"}: core states the unrolls start from
+
+
+class Terms(NamedTuple):
+    """What one update computes from a batch (for tests and metrics); [T, B] unless noted."""
+
+    alpha: Any  # []
+    mask: Any
+    next_q: Any  # the target critics at (s_{t+1}, a') [2, T, B]
+    next_log_prob: Any  # log pi(a'|s_{t+1})
+    target: Any  # the soft TD targets
+    online_q: Any  # the critics at the taken actions [2, T, B]
+    log_prob: Any  # log pi(a|s_t) of the policy's samples at steps 0..T-1
+
+
+def networks(spec: EnvSpec, config: SACConfig) -> tuple[Network, Network]:
+    """(policy, critic): the tanh-Gaussian policy on flat observations; one scalar critic on
+    flat observations and actions in [-1, 1] (the agent holds two of them)."""
+    observation_size = math.prod(spec.observation_shape)
+    policy = make_network(config.network, PolicyHead(spec.action, std="state"), observation_size)
+    critic = make_network(
+        config.network, DenseHead((), None), observation_size + action_size(spec.action)
+    )
+    return policy, critic
+
+
+def make_sac(spec: EnvSpec, config: SACConfig, devices=None, collects: bool = True) -> Agent:
+    """The SAC agent for ``spec`` (continuous actions)."""
+    return _build(spec, config, devices)[0]
+
+
+def make_terms(spec: EnvSpec, config: SACConfig) -> Callable:
+    """``terms(state, batch [S, B], key) -> Terms``: the intermediates ``update`` computes
+    from the same arguments, for states of ``make_sac(spec, config)``."""
+    return _build(spec, config, None)[1]
+
+
+def _build(spec: EnvSpec, config: SACConfig, devices) -> tuple[Agent, Callable]:
+    action_spec = spec.action
+    if action_spec.is_discrete:
+        raise ConfigError(
+            "sac needs continuous (Box) actions: it differentiates Q through reparameterised "
+            "actions, and this environment's actions are discrete (Discrete or "
+            "MultiDiscrete); use ppo or crr for discrete action spaces"
+        )
+    warn_zero_start(config, "sac")
+    policy, critic = networks(spec, config)
+    hyper = learning.Hyperparameters(config, ("discount", "learning_rate"))
+    clip = (
+        []
+        if math.isinf(config.max_grad_norm)
+        else [optax.clip_by_global_norm(config.max_grad_norm)]
+    )
+    optimizers = {
+        "policy": optax.chain(*clip, optax.scale_by_adam()),
+        "critic": optax.chain(*clip, optax.scale_by_adam()),
+        "alpha": optax.scale_by_adam(),
+    }
+    target_entropy = (
+        default_target_entropy(spec) if config.target_entropy is None else config.target_entropy
+    )
+
+    def flat(observation):
+        return flat_observation(spec.observation_shape, observation)
+
+    def critic_input(observation, action):
+        return jnp.concatenate([observation, encode_action(action_spec, action)], axis=-1)
+
+    # The twin critics: one network's functions vmapped over stacked parameters (and states).
+    def critics_init(key):
+        return jax.vmap(critic.init)(jax.random.split(key, NUM_CRITICS))
+
+    def critics_step(params, state, x, first):
+        """(states [2, ...], Q [2, ...]) of both critics on the same inputs."""
+        return jax.vmap(critic.step, in_axes=(0, 0, None, None))(params, state, x, first)
+
+    def critics_unroll(params, state, xs, firsts):
+        return jax.vmap(critic.unroll, in_axes=(0, 0, None, None))(params, state, xs, firsts)
+
+    def init(key) -> SACState:
+        policy_key, critic_key = jax.random.split(key)
+        policy_params = policy.init(policy_key)
+        critic_params = critics_init(critic_key)
+        log_alpha = jnp.asarray(math.log(config.initial_alpha), jnp.float32)
+        return SACState(
+            policy_params=policy_params,
+            critic_params=critic_params,
+            target_critic_params=critic_params,
+            log_alpha=log_alpha,
+            policy_opt_state=optimizers["policy"].init(policy_params),
+            critic_opt_state=optimizers["critic"].init(critic_params),
+            alpha_opt_state=optimizers["alpha"].init(log_alpha) if config.learn_alpha else (),
+            update_step=jnp.zeros((), jnp.int32),
+            controls=hyper.initial_controls(),
+        )
+
+    def initial_carry(batch_size):
+        critic_state = critic.initial_state((NUM_CRITICS, batch_size))
+        return {"policy": policy.initial_state((batch_size,)), "critic": critic_state}
+
+    def act(state: SACState, timestep: TimeStep, carry, key):
+        observation, first = flat(timestep.observation), timestep.is_first()
+        policy_state, head_output = policy.step(
+            state.policy_params, carry["policy"], observation, first
+        )
+        action, log_prob = tanh_gaussian(head_output).sample_and_log_prob(key)
+        new_carry = {"policy": policy_state, "critic": carry["critic"]}
+        if critic.recurrent:  # every network's memory follows the steps taken
+            new_carry["critic"] = critics_step(
+                state.critic_params, carry["critic"], critic_input(observation, action), first
+            )[0]
+        extras = {"log_prob": log_prob}
+        if config.use_rollout_state:
+            extras[ROLLOUT_STATE] = carry
+        return to_box(action_spec, action), new_carry, extras
+
+    def policy_fn(state: SACState, timestep: TimeStep, carry, key, temperature):
+        policy_state, head_output = policy.step(
+            state.policy_params, carry["policy"], flat(timestep.observation), timestep.is_first()
+        )
+        action = tanh_gaussian(head_output).sample(key, temperature)
+        return to_box(action_spec, action), dict(carry, policy=policy_state)
+
+    def inputs_of(batch: Experience) -> Inputs:
+        first = batch.step_type == StepType.FIRST
+        if config.use_rollout_state:
+            recorded = extra(batch, ROLLOUT_STATE, "sac", "use_rollout_state")
+            start = jax.tree.map(lambda x: x[0], recorded)
+        else:
+            start = initial_carry(first.shape[1])
+        return Inputs(
+            observation=flat(batch.observation),
+            action=from_box(action_spec, batch.action),
+            first=first,
+            mask=restart_masks(first),
+            reward=batch.reward,
+            discount=batch.discount,
+            start=start,
+        )
+
+    def critic_states(params, inputs: Inputs):
+        """The critics' states before each step [2, S, B, ...] of their unroll on the taken
+        actions; () for feed-forward critics."""
+        if not critic.recurrent:
+            return ()
+        taken = critic_input(inputs.observation, inputs.action)
+        return critics_unroll(params, inputs.start["critic"], taken, inputs.first)[2]
+
+    def q_at(params, states, inputs: Inputs, actions, steps: slice):
+        """Q of both critics [2, len(steps), B] at ``actions`` [len(steps), B, d] in the
+        states of ``steps``."""
+        if critic.recurrent:
+            states = jax.tree.map(lambda s: s[:, steps], states)
+        x = critic_input(inputs.observation[steps], actions)
+        return critics_step(params, states, x, inputs.first[steps])[1]
+
+    def policy_samples(policy_params, inputs: Inputs, key):
+        """Reparameterised actions [S, B, d] of the policy at every step, and their
+        log-probabilities [S, B]."""
+        head_output = policy.unroll(
+            policy_params, inputs.start["policy"], inputs.observation, inputs.first
+        )[1]
+        actions, log_probs = sample_with_log_prob(head_output, key, 1)
+        return actions[0], log_probs[0]
+
+    def targets(state: SACState, inputs: Inputs, next_actions, next_log_prob, gamma):
+        """(soft targets [T, B], target critics' Q [2, T, B]) for the sampled next actions."""
+        alpha = jnp.exp(state.log_alpha)
+        states = critic_states(state.target_critic_params, inputs)
+        next_q = q_at(state.target_critic_params, states, inputs, next_actions, slice(1, None))
+        target = soft_target(
+            inputs.reward[1:], gamma * inputs.discount[1:], next_q, next_log_prob, alpha
+        )
+        return target, next_q
+
+    def critic_loss(critic_params, inputs: Inputs, target):
+        states = critic_states(critic_params, inputs)
+        online_q = q_at(critic_params, states, inputs, inputs.action[:-1], slice(None, -1))
+        return critic_loss_from(online_q, target, inputs.mask), online_q
+
+    def policy_loss(policy_params, state: SACState, inputs: Inputs, key):
+        """The policy's loss and, as aux, its samples' log-probabilities [S, B] and actions."""
+        actions, log_probs = policy_samples(policy_params, inputs, key)
+        critic_params = jax.lax.stop_gradient(state.critic_params)
+        states = critic_states(critic_params, inputs)
+        q = q_at(critic_params, states, inputs, actions[:-1], slice(None, -1))
+        alpha = jnp.exp(state.log_alpha)
+        loss = policy_loss_from(q, log_probs[:-1], alpha, inputs.mask)
+        return loss, (log_probs, actions, q)
+
+    def terms(state: SACState, batch: Experience, key) -> Terms:
+        """Every intermediate of ``update`` on ``batch`` [S, B] with ``key``."""
+        inputs = inputs_of(batch)
+        gamma = hyper("discount", state.update_step, state.controls)
+        actions, log_probs = policy_samples(state.policy_params, inputs, key)
+        target, next_q = targets(state, inputs, actions[1:], log_probs[1:], gamma)
+        _, online_q = critic_loss(state.critic_params, inputs, target)
+        return Terms(
+            alpha=jnp.exp(state.log_alpha),
+            mask=inputs.mask,
+            next_q=next_q,
+            next_log_prob=log_probs[1:],
+            target=target,
+            online_q=online_q,
+            log_prob=log_probs[:-1],
+        )
+
+    def apply(name, grads, opt_state, params, rate):
+        updates, opt_state = optimizers[name].update(grads, opt_state, params)
+        return optax.apply_updates(params, learning.descend(updates, rate)), opt_state
+
+    def update(state: SACState, batch: Experience, key):
+        """One step of each optimiser on sequences [S, B]; Polyak targets on schedule."""
+        inputs = inputs_of(batch)
+        gamma = hyper("discount", state.update_step, state.controls)
+        rate = hyper("learning_rate", state.update_step, state.controls)
+        # One policy sample per step serves the policy loss (steps 0..T-1, with gradient) and
+        # the next actions of the targets (steps 1..T, without).
+        (policy_value, (log_probs, actions, q)), policy_grads = jax.value_and_grad(
+            policy_loss, has_aux=True
+        )(state.policy_params, state, inputs, key)
+        log_probs, actions = jax.lax.stop_gradient((log_probs, actions))
+        target, next_q = targets(state, inputs, actions[1:], log_probs[1:], gamma)
+        (critic_value, online_q), critic_grads = jax.value_and_grad(critic_loss, has_aux=True)(
+            state.critic_params, inputs, target
+        )
+        alpha_value, alpha_grad = jax.value_and_grad(alpha_loss_from)(
+            state.log_alpha, log_probs[:-1], target_entropy, inputs.mask
+        )
+        mask = inputs.mask
+        metrics = {
+            "loss/critic": critic_value,
+            "loss/policy": policy_value,
+            "loss/alpha": alpha_value,
+            "sac/alpha": jnp.exp(state.log_alpha),
+            "sac/entropy": masked_mean(-log_probs[:-1], mask),
+            "sac/q": masked_mean(jnp.mean(online_q, axis=0), mask),
+            "sac/q_policy": masked_mean(jnp.min(q, axis=0), mask),
+            "sac/target": masked_mean(target, mask),
+            "sac/next_q_gap": masked_mean(jnp.abs(next_q[0] - next_q[1]), mask),
+        }
+        critic_grads, policy_grads, alpha_grad, metrics = parallel.device_mean(
+            (critic_grads, policy_grads, alpha_grad, metrics)
+        )
+        critic_params, critic_opt_state = apply(
+            "critic", critic_grads, state.critic_opt_state, state.critic_params, rate
+        )
+        policy_params, policy_opt_state = apply(
+            "policy", policy_grads, state.policy_opt_state, state.policy_params, rate
+        )
+        if config.learn_alpha:
+            log_alpha, alpha_opt_state = apply(
+                "alpha", alpha_grad, state.alpha_opt_state, state.log_alpha, rate
+            )
+        else:
+            log_alpha, alpha_opt_state = state.log_alpha, ()
+        step = state.update_step + 1
+        polyak = optax.incremental_update(critic_params, state.target_critic_params, config.tau)
+        if config.target_update_period == 1:
+            target_critic_params = polyak
+        else:
+            due = step % config.target_update_period == 0
+            target_critic_params = jax.tree.map(
+                lambda new, old: jnp.where(due, new, old), polyak, state.target_critic_params
+            )
+        new_state = SACState(
+            policy_params=policy_params,
+            critic_params=critic_params,
+            target_critic_params=target_critic_params,
+            log_alpha=log_alpha,
+            policy_opt_state=policy_opt_state,
+            critic_opt_state=critic_opt_state,
+            alpha_opt_state=alpha_opt_state,
+            update_step=step,
+            controls=state.controls,
+        )
+        metrics["grad_norm/critic"] = optax.tree.norm(critic_grads)
+        metrics["grad_norm/policy"] = optax.tree.norm(policy_grads)
+        metrics.update(hyper.metrics(state.update_step, state.controls))
+        return new_state, metrics
+
+    sharded = learning.data_parallel(update, devices or jax.devices(), "sac", config.batch_size)
+    agent = Agent(
+        name="sac",
+        config=config,
+        spec=spec,
+        unroll_length=config.unroll_length,
+        init=init,
+        initial_carry=initial_carry,
+        act=act,
+        policy=policy_fn,
+        update=sharded,
+        make_replay=lambda num_envs, name=None, **sizes: learning.make_off_policy_replay(
+            "sac", config, num_envs, name, **sizes
+        ),
+        learn=learning.replay_updates(sharded, config.sequence_length, config.batch_size),
+        params=lambda state: state.policy_params,
+        replayers=("uniform", "cycle_one_time"),
+    )
+    return agent, terms
+
+
+__all__ = [
+    "SACConfig",
+    "SACState",
+    "Terms",
+    "alpha_loss_from",
+    "critic_loss_from",
+    "make_sac",
+    "make_terms",
+    "policy_loss_from",
+    "soft_target",
+]
