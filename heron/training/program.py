@@ -129,12 +129,18 @@ def make_program(agent: Agent, replay, source: Source, evaluate: Callable) -> Pr
     """``evaluate(agent_state, observations, key) -> returns [n_temperatures, n]`` is the
     run's evaluation (``evaluation.make_evaluate`` with ``axis_name=SEED_AXIS``)."""
 
-    def init_one(key):
-        agent_key, source_key, key = jax.random.split(key, 3)
-        agent_state = agent.init(agent_key)
+    def init_one(keys, agent_state):
+        _, source_key, key = keys
         source_state, first_steps = source.init(agent, agent_state, source_key)
         replay_state = add_steps(replay, replay.init(one_lane_step(first_steps)), first_steps)
         return TrainState(agent_state, replay_state, source_state, key, jnp.zeros((), jnp.int32))
+
+    def init(keys):
+        keys = jax.vmap(lambda key: jax.random.split(key, 3))(keys)  # [K, 3]: agent, source, run
+        # One seed after another: vmapped, the orthogonal initialisers become a batched QR,
+        # whose jaxlib CPU kernel was seen to deadlock its thread pool on a loaded machine.
+        agent_states = jax.lax.map(agent.init, keys[:, 0])
+        return jax.vmap(init_one)(keys, agent_states)
 
     def iteration_one(state: TrainState):
         key, collect_key, learn_key = jax.random.split(state.key, 3)
@@ -163,7 +169,7 @@ def make_program(agent: Agent, replay, source: Source, evaluate: Callable) -> Pr
         return state._replace(source_state=source_state)
 
     return Program(
-        init=jax.jit(jax.vmap(init_one)),
+        init=jax.jit(init),
         iteration=jax.jit(jax.vmap(iteration_one, axis_name=SEED_AXIS), donate_argnums=0),
         evaluate=jax.jit(jax.vmap(evaluate_one, axis_name=SEED_AXIS)),
         restart=jax.jit(jax.vmap(restart_one)),
