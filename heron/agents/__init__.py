@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from heron.agents.base import Agent, ConfigError, ReplayConfig
 from heron.agents.crr import CRRConfig, make_crr
+from heron.agents.dqn import DQNConfig, make_dqn
 from heron.agents.ppo import PPOConfig, make_ppo
 from heron.agents.svg0 import SVG0Config, make_svg0
 from heron.networks import NetworkConfig
@@ -13,6 +14,7 @@ REGISTRY = {
     "ppo": (PPOConfig, make_ppo),
     "crr": (CRRConfig, make_crr),
     "svg0": (SVG0Config, make_svg0),
+    "dqn": (DQNConfig, make_dqn),
 }
 
 
@@ -43,6 +45,7 @@ __all__ = [
     "Agent",
     "CRRConfig",
     "ConfigError",
+    "DQNConfig",
     "NetworkConfig",
     "PPOConfig",
     "REGISTRY",
