@@ -2,7 +2,8 @@
 evaluation, for any agent, replayer and source.
 
 One iteration: the source collects (or not) -> the steps enter the replay (and the agent
-is told how many, when it asks) -> the agent learns while the replay can sample (at most the source's ``learn_limit`` times).
+is told how many, when it asks) -> the agent learns while the replay can sample (at most
+the source's ``learn_limit`` times).
 """
 
 from __future__ import annotations
