@@ -170,9 +170,7 @@ def softmax_actions(key, q_values, temperature):
     temperature 0 (below 1e-6) takes the greedy action."""
     temperature = jnp.asarray(temperature, jnp.float32)
     greedy = temperature < GREEDY_BELOW
-    sampled = jax.random.categorical(
-        key, q_values / jnp.where(greedy, 1.0, temperature), axis=-1
-    )
+    sampled = jax.random.categorical(key, q_values / jnp.where(greedy, 1.0, temperature), axis=-1)
     return jnp.where(greedy, jnp.argmax(q_values, axis=-1), sampled)
 
 
@@ -305,9 +303,7 @@ def make_dqn(spec: EnvSpec, config: DQNConfig, devices=None, collects: bool = Tr
         def loss_fn(params):
             q_online = online_q(params, batch, start)  # [T + 1, M, k, n]
             targets = targets_from(q_online)
-            q_taken = jnp.take_along_axis(q_online[:count], action[:count, ..., None], -1)[
-                ..., 0
-            ]
+            q_taken = jnp.take_along_axis(q_online[:count], action[:count, ..., None], -1)[..., 0]
             td = targets - q_taken  # [count, M, k]
             losses = jnp.mean(rlax.huber_loss(td, config.huber_delta), axis=-1)
             loss = parallel.masked_mean(losses, valid)
