@@ -200,9 +200,7 @@ def test_q_learns_a_fixed_batch_and_targets_follow_their_schedule():
 
 
 def test_burn_in_steps_carry_no_loss():
-    config = DQNConfig(
-        network=LSTM, use_rollout_state=True, burn_in=2, n_step=1, sequence_length=4
-    )
+    config = DQNConfig(network=LSTM, use_rollout_state=True, burn_in=2, n_step=1, sequence_length=4)
     agent = agents.make("dqn", DISCRETE, config)
     state = agent.init(jax.random.PRNGKey(0))
     start = agent.initial_carry(8)
