@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import rlax
 
-from heron import agents, api
+from heron import agents, api, presets
 from heron.agents import ConfigError, DQNConfig, NetworkConfig, dqn
 from heron.agents.base import ReplayConfig
 from heron.specs import EnvSpec, action_spec_from_space
@@ -267,3 +267,21 @@ def test_config_fields_share_the_other_agents_names():
     names = {f.name for f in dataclasses.fields(DQNConfig)}
     assert {"discount", "batch_size", "sequence_length", "learning_rate", "network"} <= names
     assert {"replay", "unroll_length", "use_rollout_state", "target_update_period"} <= names
+
+
+# --------------------------------------------------------------------------- learning tests
+
+
+def _greedy_evals(run_dir):
+    lines = [json.loads(line) for line in open(f"{run_dir}/metrics.jsonl")]
+    return [(e["step"], e["return_mean"]) for e in lines if e["kind"] == "eval"]
+
+
+@pytest.mark.slow
+def test_dqn_preset_solves_cartpole_within_100k_steps(tmp_path):
+    """The gymnax CartPole-v1 preset a user gets (`heron train dqn`): greedy >= 475 within
+    100k env steps (figures on seeds 0-2 in heron/presets/dqn.toml)."""
+    config, run = presets.preset("dqn", "gymnax:CartPole-v1")
+    assert run.steps <= 100_000
+    summary = api.train(api.build("dqn", config, run), str(tmp_path / "run"))
+    assert summary["best_eval_return"] >= 475, _greedy_evals(tmp_path / "run")
