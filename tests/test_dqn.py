@@ -280,8 +280,24 @@ def _greedy_evals(run_dir):
 @pytest.mark.slow
 def test_dqn_preset_solves_cartpole_within_100k_steps(tmp_path):
     """The gymnax CartPole-v1 preset a user gets (`heron train dqn`): greedy >= 475 within
-    100k env steps (figures on seeds 0-2 in heron/presets/dqn.toml)."""
+    100k env steps. On seeds 0-2 it first reached 475 at 34k, 48k and 24k and ended at 500
+    (heron/presets/dqn.toml); this test, seed 0, stops at 50k to keep it short."""
     config, run = presets.preset("dqn", "gymnax:CartPole-v1")
     assert run.steps <= 100_000
+    run = dataclasses.replace(run, steps=50_000, seed=0)
     summary = api.train(api.build("dqn", config, run), str(tmp_path / "run"))
     assert summary["best_eval_return"] >= 475, _greedy_evals(tmp_path / "run")
+
+
+@pytest.mark.slow
+def test_recurrent_dqn_remembers_what_masked_cartpole_hides(tmp_path):
+    """Masked CartPole hides the velocities: the preset's R2D2-style LSTM DQN (seed 0: best
+    446 by 40k steps, 370 from 28k) is clearly above the CartPole preset's feed-forward DQN
+    on the same run settings (best 47 over 100k steps)."""
+    config, run = presets.preset("dqn", "heron:CartPole-masked-v1")
+    run = dataclasses.replace(run, steps=40_000, seed=0)
+    lstm = api.train(api.build("dqn", config, run), str(tmp_path / "lstm"))
+    memoryless, _ = presets.preset("dqn", "gymnax:CartPole-v1")
+    feed_forward = api.train(api.build("dqn", memoryless, run), str(tmp_path / "ff"))
+    assert lstm["best_eval_return"] >= 200, _greedy_evals(tmp_path / "lstm")
+    assert feed_forward["best_eval_return"] < 100, _greedy_evals(tmp_path / "ff")
