@@ -63,6 +63,7 @@ CASES = {
     "dqn": Case(
         DQNConfig(
             network=SMALL_NETWORK,
+            learning_rate=1e-3,  # the 2-device check needs the parameters to move
             batch_size=16,
             unroll_length=2,
             n_step=2,
