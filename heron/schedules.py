@@ -1,7 +1,8 @@
 """Hyperparameter schedules: values that change with the optimiser-step counter.
 
 A schedule maps the agent's optimiser-step count (an int32 scalar, possibly traced; ALF's
-global counter, Trax's controller step) to a float32 value. Schedules are frozen, hashable
+global counter, Trax's controller step), or for the hyperparameters an agent declares so
+(DQN's epsilon) the environment steps collected, to a float32 value. Schedules are frozen, hashable
 dataclasses, so they can sit in a frozen config and be static under ``jax.jit``; calling one
 is pure ``jnp`` (jit- and vmap-safe, elementwise over an array of steps).
 

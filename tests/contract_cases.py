@@ -7,7 +7,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from heron.agents import CRRConfig, NetworkConfig, PPOConfig, SACConfig, SVG0Config
+from heron.agents import (
+    CRRConfig,
+    DQNConfig,
+    NetworkConfig,
+    PPOConfig,
+    SACConfig,
+    SVG0Config,
+)
 from heron.agents.base import ReplayConfig
 
 SMALL_NETWORK = NetworkConfig(hidden_sizes=(16,), torso="layer_norm_mlp", activation="elu")
@@ -72,5 +79,22 @@ CASES = {
         "gym:Pendulum-v1",
         offline=True,
         serves=("continuous",),
+    ),
+    "dqn": Case(
+        DQNConfig(
+            network=SMALL_NETWORK,
+            learning_rate=1e-3,  # the 2-device check needs the parameters to move
+            batch_size=16,
+            unroll_length=2,
+            n_step=2,
+            sequence_length=3,
+            target_update_period=10,
+            epsilon="linear(1.0, 0.1, 256)",
+            replay=ReplayConfig(min_size=32, ratio=0.5),
+        ),
+        "gymnax:CartPole-v1",
+        "gym:CartPole-v1",
+        offline=True,
+        serves=("discrete",),
     ),
 }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from heron.agents.base import Agent, ConfigError, ReplayConfig
 from heron.agents.crr import CRRConfig, make_crr
+from heron.agents.dqn import DQNConfig, make_dqn
 from heron.agents.ppo import PPOConfig, make_ppo
 from heron.agents.sac import SACConfig, make_sac
 from heron.agents.svg0 import SVG0Config, make_svg0
@@ -15,6 +16,7 @@ REGISTRY = {
     "crr": (CRRConfig, make_crr),
     "svg0": (SVG0Config, make_svg0),
     "sac": (SACConfig, make_sac),
+    "dqn": (DQNConfig, make_dqn),
 }
 
 
@@ -45,6 +47,7 @@ __all__ = [
     "Agent",
     "CRRConfig",
     "ConfigError",
+    "DQNConfig",
     "NetworkConfig",
     "PPOConfig",
     "REGISTRY",

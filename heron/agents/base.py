@@ -7,6 +7,7 @@
     action, carry = agent.policy(state, timestep, carry, key, temperature)  # 0: greedy
     replay = agent.make_replay(num_envs)                              # its replayer
     state, replay_state, metrics = agent.learn(state, replay, replay_state, key)
+    state = agent.observe_steps(state, count)                         # optional: env steps
 
 The agent decides *how* it learns: ``learn`` takes what it needs from the replay (a whole
 unroll, or sampled sequences) and runs its updates (epochs of mini-batches, or one sampled
@@ -52,6 +53,10 @@ class Agent:
     # metrics (one iteration's means, one seed) -> {topic: warning}; each topic is printed
     # once a run, whatever its figures
     advise: Callable[[dict], dict[str, str]] | None = None
+    # (state, count) -> state: told, after each collection and before learning, how many
+    # environment steps entered the replay; agents whose schedules run over environment
+    # steps (DQN's epsilon) count them in their state. None: not told.
+    observe_steps: Callable | None = None
 
 
 @dataclasses.dataclass(frozen=True)

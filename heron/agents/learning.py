@@ -196,25 +196,32 @@ def data_parallel(update: Callable, devices, agent: str, batch_size: int) -> Cal
 
 
 class Hyperparameters:
-    """An agent's scheduled hyperparameters (heron.schedules over its update counter), each
-    scaled by a multiplier a controller may change between iterations. The multipliers live
-    in the agent's state (``state.controls``, 1.0 at first), so they are checkpointed and a
-    resumed run continues with the values in effect."""
+    """An agent's scheduled hyperparameters (heron.schedules over its update counter, or over
+    the environment steps collected for those named in ``by_env_steps``), each scaled by a
+    multiplier a controller may change between iterations. The multipliers live in the
+    agent's state (``state.controls``, 1.0 at first), so they are checkpointed and a resumed
+    run continues with the values in effect."""
 
-    def __init__(self, config, names: tuple[str, ...]):
+    def __init__(self, config, names: tuple[str, ...], by_env_steps: tuple[str, ...] = ()):
         self.schedules = {name: as_schedule(getattr(config, name)) for name in names}
+        self.by_env_steps = frozenset(by_env_steps)
 
     def initial_controls(self) -> dict:
         return {name: jnp.ones((), jnp.float32) for name in self.schedules}
 
-    def __call__(self, name: str, step, controls):
-        """The value of ``name`` at ``step`` under the controls in effect."""
+    def __call__(self, name: str, step, controls, env_steps=None):
+        """The value of ``name`` at update ``step`` (``env_steps`` collected, for those
+        indexed by environment steps) under the controls in effect."""
+        if name in self.by_env_steps:
+            if env_steps is None:
+                raise ValueError(f"{name} is scheduled over environment steps: pass env_steps")
+            step = env_steps
         return self.schedules[name](step) * controls[name]
 
-    def metrics(self, step, controls) -> dict:
+    def metrics(self, step, controls, env_steps=None) -> dict:
         """``schedule/<name>``: the values in effect of the hyperparameters that change."""
         return {
-            f"schedule/{name}": self(name, step, controls)
+            f"schedule/{name}": self(name, step, controls, env_steps)
             for name, schedule in self.schedules.items()
             if not schedule.is_constant
         }

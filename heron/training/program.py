@@ -1,13 +1,15 @@
 """The compiled program of a run: K seeds vmapped into one init, one iteration and one
 evaluation, for any agent, replayer and source.
 
-One iteration: the source collects (or not) -> the steps enter the replay -> the agent
-learns while the replay can sample (at most the source's ``learn_limit`` times).
+One iteration: the source collects (or not) -> the steps enter the replay (and the agent
+is told how many, when it asks) -> the agent learns while the replay can sample (at most
+the source's ``learn_limit`` times).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -103,6 +105,13 @@ def add_steps(replay, replay_state, steps):
     return jax.lax.scan(add_one, replay_state, (steps.steps, steps.actors))[0]
 
 
+def collected(steps) -> int:
+    """Environment steps in ``steps`` [lanes, T] (or ``ActorSteps`` [U, lanes, T])."""
+    if isinstance(steps, ActorSteps):
+        steps = steps.steps
+    return math.prod(steps.step_type.shape)
+
+
 def one_lane_step(steps):
     """One actor's (or all lanes') first step [lanes, ...]: the replay's example."""
     if isinstance(steps, ActorSteps):
@@ -150,9 +159,12 @@ def make_program(agent: Agent, replay, source: Source, evaluate: Callable) -> Pr
         replay_state = (
             state.replay_state if steps is None else add_steps(replay, state.replay_state, steps)
         )
+        agent_state = state.agent_state
+        if steps is not None and agent.observe_steps is not None:
+            agent_state = agent.observe_steps(agent_state, collected(steps))
         seen = ReplayView(replay, source.view(source_state))
         agent_state, replay_state, metrics = learn_phase(
-            agent, seen, state.agent_state, replay_state, learn_key, source.learn_limit
+            agent, seen, agent_state, replay_state, learn_key, source.learn_limit
         )
         if steps is not None:  # where non-finite values come from, when there are any
             metrics.update(non_finite_inputs(getattr(steps, "steps", steps)))
