@@ -281,10 +281,11 @@ def _greedy_evals(run_dir):
 def test_dqn_preset_solves_cartpole_within_100k_steps(tmp_path):
     """The gymnax CartPole-v1 preset a user gets (`heron train dqn`): greedy >= 475 within
     100k env steps. On seeds 0-2 it first reached 475 at 34k, 48k and 24k and ended at 500
-    (heron/presets/dqn.toml); this test, seed 0, stops at 50k to keep it short."""
+    (heron/presets/dqn.toml): the whole preset leaves a margin of twice the slowest seed for
+    another machine's trajectory."""
     config, run = presets.preset("dqn", "gymnax:CartPole-v1")
     assert run.steps <= 100_000
-    run = dataclasses.replace(run, steps=50_000, seed=0)
+    run = dataclasses.replace(run, seed=0)
     summary = api.train(api.build("dqn", config, run), str(tmp_path / "run"))
     assert summary["best_eval_return"] >= 475, _greedy_evals(tmp_path / "run")
 
