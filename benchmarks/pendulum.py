@@ -429,7 +429,7 @@ def format_curves(rows: list[Row]) -> str:
 
 def format_iteration_times(rows: list[Row]) -> str:
     """heron's median seconds per iteration while filling the replay and while learning."""
-    lines = ["heron median s per iteration (32 env steps): replay filling / learning:"]
+    lines = ["heron median s per iteration (32 env steps; SAC 16): replay filling / learning:"]
     for r in rows:
         if r.iteration_s:
             filling, learning = r.iteration_s["filling"], r.iteration_s["learning"]
@@ -577,9 +577,10 @@ NOTES = f"""\
 notes:
   UTD            requested gradient updates per env step; updates/step is what the run did
                  (heron: train/updates summed over metrics.jsonl; CRR's first 2,000 steps
-                 and SVG0's first 1,000 fill the replay without updates; SB3:
-                 model._n_updates, learning_starts 100). SAC and CRR use batches of 256
-                 transitions, SVG0 32 sequences of 10 steps (288 transitions).
+                 SVG0's and heron SAC's first 1,000 fill the replay without updates; SB3
+                 and SBX: model._n_updates, learning_starts 100). SB3/SBX SAC and CRR use
+                 batches of 256 transitions, heron SAC 128 (its preset), SVG0 32 sequences
+                 of 10 steps (288 transitions).
   whole-process  wall clock of a fresh process: start-up, imports, compilation (heron, on an
                  empty cache), training and evaluation.
   steps/s        SB3: steps / (learn() time - evaluation time); heron:
@@ -588,7 +589,7 @@ notes:
                  unscaled returns. Curve times count from process start (heron's loop clock
                  shifted by its start-up time, see heron_curve).
   *              other processes loaded the CPUs during that run; its timings are disturbed.
-  one seed; single measurements on this machine."""
+  one seed (SAC: --sac-seeds); single measurements on this machine."""
 
 
 # --------------------------------------------------------------------------- main
