@@ -90,14 +90,14 @@ QUICK_STEPS = (4_000, 4_000, 4_000, 12_000, 4_000, 6_000, 6_000)
 SVG0_UTD = 0.5
 # SVG0's settings here, those of its learning test (tests/test_svg0.py), Acme's otherwise.
 SVG0_FLAGS = (
-    "--svg0.hidden-sizes", "64", "64", "--svg0.mini-batch-size", "32",
+    "--svg0.network.hidden-sizes", "64", "64", "--svg0.batch-size", "32",
     "--svg0.policy-learning-rate", "3e-4", "--svg0.critic-learning-rate", "3e-4",
     "--svg0.prior-learning-rate", "3e-4",
 )  # fmt: skip
 # CRR with a tenth of the default learner's arithmetic (benchmarks/crr_update.py): 64 x 64
 # networks and one action sample for the baseline and for the TD target instead of 4 + 4.
 SMALL_CRR_FLAGS = (
-    "--crr.hidden-sizes", "64", "64",
+    "--crr.network.hidden-sizes", "64", "64",
     "--crr.num-action-samples-policy", "1", "--crr.num-action-samples-td", "1",
 )  # fmt: skip
 
@@ -316,7 +316,7 @@ def heron_argv(run: Run, args, run_dir: Path) -> list[str]:
             "--sac.replay.ratio", str(run.utd), *run.flags,
         ]  # fmt: skip
     eval_every_n = max(1, round(EVAL_EVERY / HERON_ENVS_PER_ITERATION))
-    agent_flags = [f"--{run.algo}.replay-ratio", str(run.utd)]
+    agent_flags = [f"--{run.algo}.replay.ratio", str(run.utd)]
     if run.algo == "svg0":
         agent_flags += [*SVG0_FLAGS, "--svg0.prior", str(run.prior)]
     agent_flags += run.flags
