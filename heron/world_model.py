@@ -68,6 +68,10 @@ class WorldModelConfig:
     """Windows per update."""
     learning_rate: float = number(1e-3, 0.0, low_open=True)
     """Adam step size."""
+    normalize_observations: bool = False
+    """Standardise observations by the training episodes' mean and std (clipped to +-10, as
+    the run option does) before writing them as tokens: for a policy that will train with
+    --normalize-observations, so that tokens mean about the same values to both."""
     reward_cost: float = number(1.0, 0.0)
     """Weight of the reward loss (squared error) beside the next-token cross-entropy."""
     holdout: float = number(0.1, 0.0, 1.0, low_open=True, high_open=True)
@@ -143,7 +147,29 @@ def _model_parts(observation_size: int, action_spec, config: WorldModelConfig):
     return observation, action, layout, WorldModel(config.vocab_size, layout, config.tokens)
 
 
-def _serialize_episodes(episodes, observation_ser, action_ser):
+class Standardise(NamedTuple):
+    """Observations -> (observation - mean) / std, clipped like ObservationPipeline's."""
+
+    mean: np.ndarray
+    std: np.ndarray
+    clip: float = 10.0
+
+    def __call__(self, observations):
+        return np.clip((observations - self.mean) / self.std, -self.clip, self.clip)
+
+    @classmethod
+    def of(cls, episodes) -> Standardise:
+        flat = np.concatenate(
+            [np.asarray(e.observations, np.float64).reshape(e.num_steps + 1, -1) for e in episodes]
+        )
+        return cls(flat.mean(0).astype(np.float32), np.sqrt(flat.var(0) + 1e-8).astype(np.float32))
+
+
+def _identity(observations):
+    return observations
+
+
+def _serialize_episodes(episodes, observation_ser, action_ser, transform=_identity):
     """[(observation tokens [T + 1, O], action tokens [T + 1, A] (the last: padding))] per
     episode; every episode serialized in one call (one shape, one compilation)."""
     observations, actions, lengths = [], [], []
@@ -153,7 +179,8 @@ def _serialize_episodes(episodes, observation_ser, action_ser):
         padded = np.asarray(episode.actions, np.int32).reshape((steps,) + action_ser.shape)
         actions.append(np.concatenate([padded, np.zeros((1,) + action_ser.shape, np.int32)]))
         lengths.append(steps + 1)
-    obs_tokens = np.asarray(serialization.serialize(observation_ser, np.concatenate(observations)))
+    observations = transform(np.concatenate(observations)).astype(np.float32)
+    obs_tokens = np.asarray(serialization.serialize(observation_ser, observations))
     act_tokens = np.asarray(serialization.serialize(action_ser, np.concatenate(actions)))
     decoded = np.asarray(serialization.deserialize(observation_ser, obs_tokens))
     cuts = np.cumsum(lengths)[:-1]
@@ -167,11 +194,12 @@ def _serialize_episodes(episodes, observation_ser, action_ser):
     )
 
 
-def make_windows(episodes, observation_ser, action_ser, layout) -> Windows:
-    """Every window of ``layout.n_steps`` steps ending at each step of each episode."""
+def make_windows(episodes, observation_ser, action_ser, layout, transform=_identity) -> Windows:
+    """Every window of ``layout.n_steps`` steps ending at each step of each episode
+    (observations passed through ``transform`` first)."""
     k, s = layout.n_steps, layout.step_tokens
     parts = []
-    serialized = _serialize_episodes(episodes, observation_ser, action_ser)
+    serialized = _serialize_episodes(episodes, observation_ser, action_ser, transform)
     for episode, (obs_tokens, act_tokens, clipped) in zip(episodes, serialized, strict=True):
         steps = episode.num_steps
         step_tokens = np.concatenate([obs_tokens, act_tokens], axis=-1)  # [T + 1, S]
@@ -304,11 +332,11 @@ def train(config: WorldModelConfig) -> dict:
     train_episodes, held_episodes = split_episodes(
         dataset.num_episodes, config.holdout, config.seed
     )
-    train_windows = make_windows(
-        [dataset.episodes[i] for i in train_episodes], observation_ser, action_ser, layout
-    )
+    training = [dataset.episodes[i] for i in train_episodes]
+    transform = Standardise.of(training) if config.normalize_observations else _identity
+    train_windows = make_windows(training, observation_ser, action_ser, layout, transform)
     held_windows = make_windows(
-        [dataset.episodes[i] for i in held_episodes], observation_ser, action_ser, layout
+        [dataset.episodes[i] for i in held_episodes], observation_ser, action_ser, layout, transform
     )
     next_tokens = np.concatenate([train_windows.tokens[:, 1:], train_windows.tokens[:, :1]], axis=1)
     unigram = int(np.bincount(next_tokens[train_windows.targets]).argmax())
@@ -317,14 +345,20 @@ def train(config: WorldModelConfig) -> dict:
     with rundir.RunLock(run_dir):
         return _train_in(
             config, run_dir, model, layout, observation_ser, dataset, train_windows,
-            held_windows, unigram,
+            held_windows, unigram, transform,
         )  # fmt: skip
 
 
 def _train_in(
-    config, run_dir, model, layout, observation_ser, dataset, train_windows, held_windows, unigram
-) -> dict:
+    config, run_dir, model, layout, observation_ser, dataset, train_windows, held_windows, unigram,
+    transform,
+) -> dict:  # fmt: skip
     record = _record(config, layout, dataset)
+    if isinstance(transform, Standardise):
+        record["observation_statistics"] = {
+            "mean": transform.mean.tolist(),
+            "std": transform.std.tolist(),
+        }
     rundir.write_config(run_dir, record)
     optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(config.learning_rate))
     init_key, data_key = jax.random.split(jax.random.PRNGKey(config.seed))
