@@ -217,3 +217,25 @@ def test_bad_token_options_fail_in_one_line(capsys):
     assert "add --ppo.vocab-size V" in capsys.readouterr().err
     assert main(["train", "ppo", "--env", "gymnax:Pendulum-v1", *TINY_FLAGS]) == 2
     assert "refused for serialized policies" in capsys.readouterr().err
+
+
+# The README's token-policy settings for CartPole (a user runs them as they are).
+CARTPOLE_TOKENS = [
+    "--preset", "none", "--num-envs", "16", "--normalize-observations", "True",
+    "--reward-scale", "0.1", "--ppo.vocab-size", "32", "--ppo.tokens.precision", "1",
+    "--ppo.tokens.observation-range", "3", "--ppo.tokens.width", "32",
+    "--ppo.tokens.depth", "1", "--ppo.tokens.heads", "2", "--ppo.tokens.history", "2",
+    "--ppo.learning-rate", "5e-4", "--ppo.batch-size", "128",
+]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_token_ppo_learns_cartpole(tmp_path, capsys):
+    """Measured on seed 0: greedy 387 at 20k steps, 430 at 26k (see the closing note of
+    issue 15 for 3 seeds); the bound leaves room: greedy >= 400 within 41k steps."""
+    run_dir = tmp_path / "run"
+    argv = ["train", "ppo", "--steps", "40960", "--eval-every-n", "5", "--n-evals", "8"]
+    argv += ["--eval-temperatures", "0", "--run-dir", str(run_dir), *CARTPOLE_TOKENS]
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["best_eval_return"] >= 400
