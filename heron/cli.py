@@ -311,9 +311,17 @@ def cmd_world_model(argv: list[str]) -> dict:
     """``heron train world-model``: a next-token model on a dataset (heron/world_model.py)."""
     from heron import world_model
 
+    config_type = world_model.WorldModelConfig
     argv = [NEGATED_FLAGS.get(token, token) for token in argv]
-    parsed = _cli(_unchecked(world_model.WorldModelConfig), argv, "heron train world-model")
-    config = _checked(world_model.WorldModelConfig, parsed)
+    bools = {option for option, kind in _option_names(config_type, "") if kind in (bool, "bool")}
+    argv = _bare_flags_mean_true(argv, bools)
+    parsed = _cli(
+        _unchecked(config_type),
+        argv,
+        "heron train world-model",
+        config=(tyro.conf.FlagConversionOff,),
+    )
+    config = _checked(config_type, parsed)
     configure_compile_cache()
     return world_model.train(config)
 
