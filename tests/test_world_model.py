@@ -112,6 +112,12 @@ def test_token_ppo_trains_from_a_world_model_on_the_command_line(model_run, tmp_
     assert all(path.startswith("params/params/body/") for path in recorded["copied_paths"])
 
 
+def test_a_world_model_run_has_no_policy_to_evaluate(model_run, capsys):
+    run_dir, _ = model_run
+    assert main(["eval", str(run_dir)]) == 2
+    assert "is a world-model run: it has no policy" in capsys.readouterr().err
+
+
 def test_world_model_needs_a_dataset(capsys):
     assert main(["train", "world-model", "--vocab-size", "16"]) == 2
     assert "give --dataset DIR" in capsys.readouterr().err
