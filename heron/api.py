@@ -265,6 +265,11 @@ def read_config_file(path: str) -> dict:
 def load_config(run_dir: str):
     """(algo, agent config, RunConfig) recorded in ``run_dir``."""
     record = rundir.read_config(run_dir)
+    if record.get("algo") == "world-model":
+        raise rundir.RunDirError(
+            f"{run_dir!r} is a world-model run: it has no policy to evaluate, roll out or "
+            "resume; plot it, or start a token policy from it with --init-from"
+        )
     return configs_from_record(record, os.path.join(run_dir, rundir.CONFIG))
 
 

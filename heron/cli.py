@@ -34,6 +34,7 @@ import tyro
 USAGE = """usage: heron train ALGO [options] [--ALGO.FIELD VALUE ...]
        heron train [ALGO] --config FILE [options]   (TOML/YAML/JSON; a run's config.json)
        heron train --resume RUN_DIR [--steps N]
+       heron train world-model --dataset DATASET --env ID --vocab-size V [options]
        heron eval RUN_DIR [--episodes N] [--temperature T] [--best] [--video OUT.gif]
        heron plot RUN_DIR [RUN_DIR ...] --out FILE.png [--temperatures T ...]
        heron collect RUN_DIR --episodes N --out DATASET [--temperature T] [--epsilon E]
@@ -306,7 +307,28 @@ class ResumeArgs:
     """A new step budget (default: the run's configured steps)."""
 
 
+def cmd_world_model(argv: list[str]) -> dict:
+    """``heron train world-model``: a next-token model on a dataset (heron/world_model.py)."""
+    from heron import world_model
+
+    config_type = world_model.WorldModelConfig
+    argv = [NEGATED_FLAGS.get(token, token) for token in argv]
+    bools = {option for option, kind in _option_names(config_type, "") if kind in (bool, "bool")}
+    argv = _bare_flags_mean_true(argv, bools)
+    parsed = _cli(
+        _unchecked(config_type),
+        argv,
+        "heron train world-model",
+        config=(tyro.conf.FlagConversionOff,),
+    )
+    config = _checked(config_type, parsed)
+    configure_compile_cache()
+    return world_model.train(config)
+
+
 def cmd_train(argv: list[str]) -> dict:
+    if argv and argv[0] == "world-model":
+        return cmd_world_model(argv[1:])
     if argv and argv[0].startswith("--resume"):
         args = _cli(ResumeArgs, argv, "heron train")
         if args.steps is not None and args.steps <= 0:

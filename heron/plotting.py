@@ -1,7 +1,9 @@
 """Learning curves from run directories: evaluation return against steps and wall-clock time.
 
 A run directory holds ``metrics.jsonl``; its ``"kind": "eval"`` lines carry, per evaluation
-step, seed and policy temperature, the mean (and std) return over the evaluation episodes.
+step, seed and policy temperature, the mean (and std) return over the evaluation episodes
+(or, where a line names its ``quantity``, that: a world model's held-out next-token
+accuracy).
 ``plot_runs`` draws one line per (run, temperature): the mean over seeds at each step, with a
 band that shows the spread between seeds (or across episodes when the run has one seed). Each
 run has one colour and each temperature one line style, with a legend for each; lines of more
@@ -263,7 +265,12 @@ def x_label(offline: Sequence[bool]) -> str:
     return "environment steps"
 
 
-def _draw(figure: Figure, runs: list[tuple[str, list[Curve]]], steps_label: str) -> None:
+def _draw(
+    figure: Figure,
+    runs: list[tuple[str, list[Curve]]],
+    steps_label: str,
+    y_label: str = "evaluation return",
+) -> None:
     """Two panels sharing the return axis; a colour per run, a line style per temperature,
     a legend for each."""
     from matplotlib.lines import Line2D
@@ -290,7 +297,7 @@ def _draw(figure: Figure, runs: list[tuple[str, list[Curve]]], steps_label: str)
                 axes.fill_between(x, curve.low, curve.high, where=band, color=color, alpha=0.15)
     by_steps.set_xlabel(steps_label)
     by_wall.set_xlabel("wall-clock seconds")
-    by_steps.set_ylabel("evaluation return")
+    by_steps.set_ylabel(y_label)
     for axes in (by_steps, by_wall):
         axes.grid(True, alpha=0.3)
     run_handles = [
@@ -303,7 +310,10 @@ def _draw(figure: Figure, runs: list[tuple[str, list[Curve]]], steps_label: str)
     ]
     by_steps.legend(handles=run_handles, fontsize="small", title="run")
     by_wall.legend(handles=style_handles, fontsize="small", title="temperature")
-    figure.suptitle("Evaluation return (mean over seeds; T=0 is greedy)")
+    if y_label == "evaluation return":
+        figure.suptitle("Evaluation return (mean over seeds; T=0 is greedy)")
+    else:
+        figure.suptitle(f"{y_label[:1].upper()}{y_label[1:]} (mean over seeds)")
 
 
 def _check_out(out: str) -> None:
@@ -347,9 +357,13 @@ def plot_figure(
         run_dirs = [run_dirs]
     if not run_dirs:
         raise PlotError("no run dirs given")
-    runs = [(run_label(d), aggregate_curves(load_eval_records(d))) for d in run_dirs]
+    records = [load_eval_records(d) for d in run_dirs]
+    runs = [(run_label(d), aggregate_curves(r)) for d, r in zip(run_dirs, records, strict=True)]
     runs = _select(runs, temperatures)
+    # what the eval lines measure: a return, or what they name (a world model's accuracy)
+    quantities = {r.get("quantity", "evaluation return") for rs in records for r in rs}
+    y_label = quantities.pop() if len(quantities) == 1 else "evaluation return (or as named)"
     figure = Figure(figsize=(12, 4.5), dpi=100, layout="constrained")
     FigureCanvasAgg(figure)
-    _draw(figure, runs, x_label([is_offline(d) for d in run_dirs]))
+    _draw(figure, runs, x_label([is_offline(d) for d in run_dirs]), y_label)
     return figure, runs

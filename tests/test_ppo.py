@@ -42,7 +42,10 @@ def test_act_serves_every_action_space(space, action_shape, dtype, two_towers):
     carry = agent.initial_carry(5)
     action, _, extras = agent.act(state, _timestep(5), carry, jax.random.PRNGKey(2))
     assert action.shape == action_shape and action.dtype == dtype
-    assert extras["log_prob"].shape == (5,) and extras["value"].shape == (5,)
+    # several controls: one log-probability each (each control's ratio is clipped alone)
+    multi = isinstance(space, gymnasium.spaces.MultiDiscrete)
+    assert extras["log_prob"].shape == ((5, 2) if multi else (5,))
+    assert extras["value"].shape == (5,)
     greedy, _ = agent.policy(state, _timestep(5), carry, jax.random.PRNGKey(3), 0.0)
     again, _ = agent.policy(state, _timestep(5), carry, jax.random.PRNGKey(4), 0.0)
     np.testing.assert_array_equal(greedy, again)  # temperature 0 is deterministic

@@ -15,13 +15,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
+from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from heron import ops, parallel, replay
+from heron import ops, parallel, replay, serialization
 from heron.agents import learning
 from heron.agents.base import ROLLOUT_STATE, Agent, check_config, extra
 from heron.configs import check, integer, number, scheduled
@@ -34,7 +35,9 @@ from heron.networks import (
     flat_observation,
     make_network,
     stack,
+    tokens,
 )
+from heron.networks.tokens import TokenConfig
 from heron.specs import EnvSpec
 from heron.types import Experience, StepType, TimeStep
 
@@ -94,6 +97,14 @@ class PPOConfig:
     """Torso and core of each tower."""
     use_rollout_state: bool = False
     """Start each training sequence from the core state recorded when acting (ALF)."""
+    vocab_size: int | None = integer(None, 2, optional=True)
+    """Trax's policy_and_value_vocab_size: None acts on raw observations (the network above);
+    V >= 2 serializes observations and actions into tokens of a V-word vocabulary and acts
+    with one causal transformer with policy and value heads (ppo.tokens; two_towers and
+    network do not apply). Box actions are refused."""
+    tokens: TokenConfig = dataclasses.field(default_factory=TokenConfig)
+    """The token network (with vocab_size): width, depth, heads, history, precision,
+    observation_range."""
 
     renamed_fields: ClassVar[dict[str, str]] = RENAMED
 
@@ -106,6 +117,19 @@ class PPOConfig:
             "from one unroll into the next",
         )
         check_recurrence(self, "ppo")
+        if self.vocab_size is None:
+            check(
+                self.tokens == TokenConfig(),
+                "ppo.tokens.* configure the token network: add --ppo.vocab-size V",
+            )
+        else:
+            tokens.check_token_config(self.tokens, "ppo.tokens")
+            check(
+                not self.network.recurrent,
+                f"ppo.vocab_size={self.vocab_size} acts with a transformer over the last "
+                f"ppo.tokens.history steps; ppo.network.core={self.network.core!r} configures "
+                "the vector network: drop it",
+            )
 
 
 def check_recurrence(config, name: str) -> None:
@@ -124,6 +148,14 @@ def check_recurrence(config, name: str) -> None:
             f"{name}.use_rollout_state True (train from the recorded state) or "
             f"{name}.sequence_length > 1",
         )
+
+
+def _joint(log_ratio, mask):
+    """Per-control log-ratios [..., k] -> the joint one [...] shaped like ``mask``
+    (unchanged for one control)."""
+    if log_ratio.ndim > mask.ndim:
+        return jnp.sum(log_ratio, axis=-1)
+    return log_ratio
 
 
 _WARNED: set[str] = set()
@@ -208,7 +240,7 @@ def gae_batch(config: PPOConfig, update_step, experience: Experience, controls=N
         else ()
     )
     return PPOBatch(
-        observation=experience.observation[:, :-1],
+        observation=jax.tree.map(lambda x: x[:, :-1], experience.observation),
         action=jax.tree.map(lambda a: a[:, :-1], experience.action),
         log_prob=extra(experience, "log_prob", "ppo", "the behaviour log-probabilities")[:, :-1],
         advantage=advantage,
@@ -219,10 +251,170 @@ def gae_batch(config: PPOConfig, update_step, experience: Experience, controls=N
     )
 
 
+def advantages_per_control(advantage, n_controls: int):
+    """Per-step advantages [T, B] (time-major) -> [T, B, n_controls]: Trax's
+    rewards-to-actions map (the identity broadcast over controls,
+    ``heron.serialization.init_rewards_to_actions``) scatters each step's advantage onto the
+    log-probabilities of its action's controls."""
+    steps = advantage.shape[0]
+    matrix = serialization.identity_rewards_to_actions(steps, n_controls)  # [T, T * k]
+    scattered = serialization.scatter_to_actions(jnp.swapaxes(advantage, 0, 1), matrix)
+    return jnp.swapaxes(scattered.reshape(advantage.shape[1:] + (steps, n_controls)), 0, 1)
+
+
+def clipped_surrogate(log_ratio, advantage, epsilon):
+    """PPO's clipped surrogate per step, each control's ratio clipped on its own (as Trax's
+    rewards-to-actions map implies) and the controls averaged.
+
+    Args:
+      log_ratio: log pi(a|s) - log mu(a|s), [T, B] for one control or [T, B, k] per control.
+      advantage: [T, B].
+      epsilon: the clipping range.
+
+    Returns:
+      [T, B]; for one control ``min(r A, clip(r, 1 - eps, 1 + eps) A)``.
+    """
+    if log_ratio.ndim == advantage.ndim:
+        log_ratio = log_ratio[..., None]
+    advantage = advantages_per_control(advantage, log_ratio.shape[-1])
+    ratio = jnp.exp(log_ratio)
+    clipped_ratio = jnp.clip(ratio, 1.0 - epsilon, 1.0 + epsilon)
+    return jnp.mean(jnp.minimum(ratio * advantage, clipped_ratio * advantage), axis=-1)
+
+
+def _log_prob(dist, action):
+    """Per-control log-probabilities [..., k] of several controls, else joint [...]."""
+    if isinstance(dist, distributions.MultiCategorical):
+        return dist.log_prob_per_control(action)
+    return dist.log_prob(action)
+
+
+class PolicyModel(NamedTuple):
+    """How PPO acts and evaluates its outputs: on raw observations (a vector network) or on
+    serialized histories (the token network).
+
+    act(params, timestep, carry, key) -> (action, carry, extras), extras {"log_prob" (per
+    control with several), "value", and what training reads instead of observations};
+    policy(params, timestep, carry, key, temperature) -> (action, carry);
+    outputs(params, observation [L, M, ...], first [L, M], start) -> {"policy", "value"};
+    inputs(experience) -> the experience training reads."""
+
+    init: Callable
+    initial_carry: Callable
+    act: Callable
+    policy: Callable
+    outputs: Callable
+    inputs: Callable
+
+
+def vector_model(spec: EnvSpec, config: PPOConfig) -> PolicyModel:
+    network = policy_value_network(spec, config)
+
+    def flat(observation):
+        return flat_observation(spec.observation_shape, observation)
+
+    def step(params, timestep: TimeStep, carry):
+        new_carry, out = network.step(
+            params, carry, flat(timestep.observation), timestep.is_first()
+        )
+        return new_carry, out, distributions.make(spec.action, out["policy"])
+
+    def act(params, timestep: TimeStep, carry, key):
+        new_carry, out, dist = step(params, timestep, carry)
+        if isinstance(dist, distributions.MultiCategorical):
+            action = dist.sample(key)
+            log_prob = dist.log_prob_per_control(action)
+        else:
+            action, log_prob = dist.sample_and_log_prob(key)
+        extras = {"log_prob": log_prob, "value": out["value"]}
+        if config.use_rollout_state:
+            extras[ROLLOUT_STATE] = carry
+        return action, new_carry, extras
+
+    def policy(params, timestep: TimeStep, carry, key, temperature):
+        carry, _, dist = step(params, timestep, carry)
+        return dist.sample(key, temperature), carry
+
+    def outputs(params, observation, first, start):
+        return network.unroll(params, start, flat(observation), first)[1]
+
+    return PolicyModel(
+        network.init, lambda b: network.initial_state((b,)), act, policy, outputs, lambda e: e
+    )
+
+
+TOKENS, TOKEN_VALID = "tokens", "token_valid"  # the extras of a token policy's windows
+
+
+def token_model(spec: EnvSpec, config: PPOConfig) -> PolicyModel:
+    """The token policy-and-value network: the actor's carry keeps the last
+    ``tokens.history`` steps as tokens; each control is sampled in turn from the logits read
+    before its token (one pass per control); the window it acted on (its actions included)
+    is recorded, so training re-reads exactly what the actor saw."""
+    action_spec = spec.action
+    observation_ser, action_ser, layout = tokens.serializations(
+        (math.prod(spec.observation_shape),), action_spec, config.vocab_size, config.tokens
+    )
+    module = tokens.TokenPolicyValue(
+        config.vocab_size, layout, action_spec.n_actions, config.tokens
+    )
+    multi = action_spec.multi_control
+
+    def head(out):
+        """Logits [..., A, n] -> the distribution's layout ([..., n] for one Discrete)."""
+        policy = out["policy"] if multi else out["policy"][..., 0, :]
+        return {"policy": policy, "value": out["value"]}
+
+    def init(key):
+        history = tokens.initial_history(layout, (1,))
+        return module.init(key, *tokens.window(layout, history))
+
+    def step(params, timestep: TimeStep, carry, key, temperature):
+        observation = flat_observation(spec.observation_shape, timestep.observation)
+        history = tokens.push(
+            carry, serialization.serialize(observation_ser, observation), timestep.is_first()
+        )
+        keys = jax.random.split(key, layout.action_tokens)
+        chosen, log_probs, value = [], [], None
+        for control in range(layout.action_tokens):  # one pass per control, in order
+            out = module.apply(params, *tokens.window(layout, history))
+            value = out["value"] if value is None else value
+            dist = distributions.Categorical(out["policy"][..., control, :])
+            token = dist.sample(keys[control], temperature)
+            chosen.append(token)
+            log_probs.append(dist.log_prob(token))
+            current = history.actions[..., -1, :].at[..., control].set(token)
+            history = tokens.with_actions(history, current)
+        action = jnp.stack(chosen, -1) if multi else chosen[0]
+        log_prob = jnp.stack(log_probs, -1) if multi else log_probs[0]
+        window, valid = tokens.window(layout, history)
+        extras = {"log_prob": log_prob, "value": value, TOKENS: window, TOKEN_VALID: valid}
+        return action, history, extras
+
+    def act(params, timestep: TimeStep, carry, key):
+        return step(params, timestep, carry, key, 1.0)
+
+    def policy(params, timestep: TimeStep, carry, key, temperature):
+        return step(params, timestep, carry, key, temperature)[:2]
+
+    def outputs(params, observation, first, start):
+        del first, start  # every window carries its own history
+        return head(module.apply(params, *observation))
+
+    def inputs(experience: Experience) -> Experience:
+        window = extra(experience, TOKENS, "ppo", "the token windows the actor acted on")
+        valid = extra(experience, TOKEN_VALID, "ppo", "the token windows the actor acted on")
+        return experience._replace(observation=(window, valid))
+
+    return PolicyModel(
+        init, lambda b: tokens.initial_history(layout, (b,)), act, policy, outputs, inputs
+    )
+
+
 def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None, collects: bool = True) -> Agent:
     del collects  # PPO always collects (a dataset is refused: it learns on-policy)
     warn_zero_start(config, "ppo")
-    network = policy_value_network(spec, config)
+    model = vector_model(spec, config) if config.vocab_size is None else token_model(spec, config)
     hyper = learning.Hyperparameters(config, SCHEDULED)
     clip = (
         []
@@ -232,46 +424,30 @@ def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None, collects: bool = Tr
     optimizer = optax.chain(*clip, optax.scale_by_adam(eps=1e-5))
     use_rollout_state = config.use_rollout_state
 
-    def flat(observation):
-        return flat_observation(spec.observation_shape, observation)
-
     def init(key) -> PPOState:
-        params = network.init(key)
+        params = model.init(key)
         return PPOState(
             params, optimizer.init(params), jnp.zeros((), jnp.int32), hyper.initial_controls()
         )
 
-    def initial_carry(batch_size: int):
-        return network.initial_state((batch_size,))
-
     def act(state: PPOState, timestep: TimeStep, carry, key):
-        new_carry, out = network.step(
-            state.params, carry, flat(timestep.observation), timestep.is_first()
-        )
-        action, log_prob = distributions.make(spec.action, out["policy"]).sample_and_log_prob(key)
-        extras = {"log_prob": log_prob, "value": out["value"]}
-        if use_rollout_state:
-            extras[ROLLOUT_STATE] = carry
-        return action, new_carry, extras
+        return model.act(state.params, timestep, carry, key)
 
     def policy(state: PPOState, timestep: TimeStep, carry, key, temperature):
-        carry, out = network.step(
-            state.params, carry, flat(timestep.observation), timestep.is_first()
-        )
-        return distributions.make(spec.action, out["policy"]).sample(key, temperature), carry
+        return model.policy(state.params, timestep, carry, key, temperature)
 
     def outputs(params, batch: PPOBatch):
         """The network's outputs on sequences [L, M] from their start states."""
         if use_rollout_state:
             start = jax.tree.map(lambda x: x[0], batch.rollout_state)
         else:
-            start = network.initial_state(batch.first.shape[1:])
-        return network.unroll(params, start, flat(batch.observation), batch.first)[1]
+            start = model.initial_carry(batch.first.shape[1])
+        return model.outputs(params, batch.observation, batch.first, start)
 
     def approx_kl(params, batch: PPOBatch):
         """E[(r - 1) - log r], r = pi / mu: the approximate KL to the behaviour policy."""
         dist = distributions.make(spec.action, outputs(params, batch)["policy"])
-        log_ratio = dist.log_prob(batch.action) - batch.log_prob
+        log_ratio = _joint(_log_prob(dist, batch.action) - batch.log_prob, batch.mask)
         return parallel.device_mean(masked_mean(jnp.expm1(log_ratio) - log_ratio, batch.mask))
 
     def loss(params, batch: PPOBatch, step, controls):
@@ -279,15 +455,16 @@ def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None, collects: bool = Tr
         epsilon = hyper("epsilon", step, controls)
         out = outputs(params, batch)
         dist = distributions.make(spec.action, out["policy"])
-        log_ratio = dist.log_prob(batch.action) - batch.log_prob
-        ratio = jnp.exp(log_ratio)
+        log_ratio = _log_prob(dist, batch.action) - batch.log_prob  # [L, M] or [L, M, k]
         advantage = (
             normalize(batch.advantage, batch.mask)
             if config.normalize_advantages
             else batch.advantage
         )
-        clipped_ratio = jnp.clip(ratio, 1.0 - epsilon, 1.0 + epsilon)
-        surrogate = jnp.minimum(ratio * advantage, clipped_ratio * advantage)
+        surrogate = clipped_surrogate(log_ratio, advantage, epsilon)
+        ratio = jnp.exp(log_ratio)
+        joint = _joint(log_ratio, batch.mask)
+        per_control = jnp.mean if log_ratio.ndim > batch.mask.ndim else (lambda x, axis: x)
         policy_loss = -masked_mean(surrogate, batch.mask)
         value_loss = 0.5 * masked_mean((out["value"] - batch.value_target) ** 2, batch.mask)
         entropy = masked_mean(dist.entropy(), batch.mask)
@@ -301,9 +478,10 @@ def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None, collects: bool = Tr
             "loss/policy": policy_loss,
             "loss/value": value_loss,
             "loss/entropy": entropy,
-            "ppo/approx_kl": masked_mean((ratio - 1.0) - log_ratio, batch.mask),
+            "ppo/approx_kl": masked_mean((jnp.exp(joint) - 1.0) - joint, batch.mask),
             "ppo/clip_fraction": masked_mean(
-                (jnp.abs(ratio - 1.0) > epsilon).astype(jnp.float32), batch.mask
+                per_control((jnp.abs(ratio - 1.0) > epsilon).astype(jnp.float32), axis=-1),
+                batch.mask,
             ),
         }
         return total, metrics
@@ -326,6 +504,7 @@ def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None, collects: bool = Tr
     def learn(state: PPOState, replay_, replay_state, key):
         sample_key, update_key = jax.random.split(key)
         experience, replay_state = replay_.sample(replay_state, sample_key)
+        experience = model.inputs(experience)
         batch = gae_batch(config, state.update_step, experience, state.controls)
         stop = None
         if not math.isinf(config.target_kl):
@@ -365,7 +544,7 @@ def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None, collects: bool = Tr
         spec=spec,
         unroll_length=config.unroll_length,
         init=init,
-        initial_carry=initial_carry,
+        initial_carry=model.initial_carry,
         act=act,
         policy=policy,
         make_replay=make_replay,
