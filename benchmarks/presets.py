@@ -14,7 +14,8 @@ presets (``offline:<env>``) need a dataset and are measured by ``benchmarks/offl
 Each preset is trained exactly as a user gets it, ``heron train ALGO --env ENV`` (the preset
 is chosen automatically; only ``--seed``/``--seeds`` and ``--run-dir`` are added), in a fresh
 subprocess: with a JAX environment (``gymnax:``/``heron:``) as one ``--seeds K`` program
-(the K runs vmapped), otherwise as K runs ``--seed 0 .. K-1`` one after the other. From the
+(the K runs vmapped), otherwise (or with ``--separate``) as K runs ``--seed 0 .. K-1`` one
+after the other. From the
 final JSON line(s) and ``metrics.jsonl`` it reports, per preset:
 
 * steps: env steps per seed (the preset's budget, or ``--steps``);
@@ -182,7 +183,7 @@ def bench(preset: Preset, args) -> dict:
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
-    if preset.is_jax:
+    if preset.is_jax and not args.separate:
         plans = [(work / "seeds", [*base, "--seeds", str(args.seeds)])]
     else:
         plans = [(work / f"seed{s}", [*base, "--seed", str(s)]) for s in range(args.seeds)]
@@ -216,7 +217,7 @@ def bench(preset: Preset, args) -> dict:
         steps_per_s_process=steps * args.seeds / wall,
         # one program for all seeds: its figure already sums them; host runs: one per seed
         steps_per_s_after_compile=(
-            (after_compile[0] if preset.is_jax else sum(after_compile) / len(after_compile))
+            (after_compile[0] if len(plans) == 1 else sum(after_compile) / len(after_compile))
             if after_compile
             else None
         ),
@@ -303,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, help="env steps per seed (default: the preset's)")
     parser.add_argument(
         "--eval-episodes", type=int, default=0, help="also heron eval the final parameters (N)"
+    )
+    parser.add_argument(
+        "--separate", action="store_true", help="one process per seed, JAX environments too"
     )
     parser.add_argument("--list", action="store_true", help="list the presets and exit")
     parser.add_argument("--heron", default=str(Path(sys.executable).parent / "heron"))
