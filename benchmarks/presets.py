@@ -249,7 +249,7 @@ def fmt_stats(values) -> str:
 def fmt_steps(steps: int | None) -> str:
     if steps is None:
         return "-"
-    return f"{steps / 1e6:g}M" if steps >= 1_000_000 else f"{steps / 1e3:g}k"
+    return f"{steps / 1e6:.4g}M" if steps >= 1_000_000 else f"{steps / 1e3:.4g}k"
 
 
 def table(records: list[dict], with_eval: bool) -> str:
