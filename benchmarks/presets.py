@@ -290,7 +290,8 @@ def notes(records: list[dict], seeds: int) -> str:
             f"returns: mean +- std over {seeds} seeds of each seed's greedy evaluation (final:"
             " last, best: best during training; eval: heron eval of the final parameters);",
             "steps/s: env steps of all seeds / whole-process wall clock; train steps/s: "
-            "heron's steps_per_s_after_compile (all seeds); * other load > 25% of the CPUs",
+            "heron's steps_per_s_after_compile (one --seeds K program: all seeds; one process per",
+            "seed: their mean); * other load > 25% of the CPUs",
             "peer figures:",
             *(f"  {s}" for s in sources),
         ]
