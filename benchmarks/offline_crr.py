@@ -263,9 +263,10 @@ def table(info: dict, results: dict, args) -> None:
     for system in ("heron", "d3rlpy"):
         crr, bc = results.get(f"{system} CRR"), results.get(f"{system} BC")
         if crr and bc and (c := comparison(crr, bc)):
+            ratio = c["standard_errors"]
             log(
-                f"{system}: CRR - BC = {c['difference']:.1f} +- {c['se']:.1f} "
-                f"({c['standard_errors']:.1f} standard errors)"
+                f"{system}: CRR - BC = {c['difference']:.1f} +- {c['se']:.1f}"
+                + ("" if ratio is None else f" ({ratio:.1f} standard errors)")
             )
 
 
