@@ -1,9 +1,10 @@
-"""d3rlpy CRR (its default hyperparameters) trained from a Minari dataset on local disk.
+"""d3rlpy CRR or BC (its default hyperparameters) trained from a Minari dataset on local disk.
 
 Runs inside ``benchmarks/.venvs/d3rlpy`` (see ``d3rlpy-requirements.txt``). Reads the
-dataset with minari (no hub), trains ``--updates`` gradient steps, evaluates greedily on
-Gymnasium's Pendulum-v1 and prints one JSON line: fit time, updates per second and the
-final evaluation return.
+dataset with minari (no hub), trains ``--algo`` (``crr``: ``CRRConfig()``, ``bc``:
+``BCConfig()``) for ``--updates`` gradient steps, evaluates greedily on Gymnasium's
+Pendulum-v1 and prints one JSON line: fit time, updates per second and the final
+evaluation return.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from _common import emit, package_versions  # noqa: E402
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--algo", choices=("crr", "bc"), default="crr")
     parser.add_argument("--dataset", required=True, help="Minari dataset directory")
     parser.add_argument("--env", default="Pendulum-v1", help="Gymnasium id for evaluation")
     parser.add_argument("--updates", type=int, required=True, help="gradient steps")
@@ -47,7 +49,8 @@ def main() -> None:
         timeouts=np.concatenate([e.truncations for e in episodes]).astype(np.float32),
     )
     returns = np.array([e.rewards.sum() for e in episodes])
-    crr = d3rlpy.algos.CRRConfig().create(device="cpu:0")
+    config = d3rlpy.algos.CRRConfig() if args.algo == "crr" else d3rlpy.algos.BCConfig()
+    crr = config.create(device="cpu:0")
     fit_start = time.perf_counter()
     crr.fit(
         dataset,
@@ -71,7 +74,7 @@ def main() -> None:
         eval_returns.append(total)
     emit(
         {
-            "system": "d3rlpy CRR",
+            "system": f"d3rlpy {args.algo.upper()}",
             "updates": args.updates,
             "dataset_episodes": len(episodes),
             "dataset_return_mean": float(returns.mean()),
