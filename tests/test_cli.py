@@ -57,7 +57,7 @@ def test_train_eval_and_metrics_through_the_real_entry_point(tmp_path):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["train", "foo"], "unknown algorithm 'foo'; available: crr, ppo"),
+        (["train", "foo"], "unknown algorithm 'foo'; available: crr, dqn, ppo, sac, svg0"),
         (["train", "ppo", "--env", "CartPole-v1"], "environment ids carry their source"),
         (["train", "ppo", "--env", "gymnax:Nope-v0"], "unknown gymnax environment 'Nope-v0'"),
         (["train", "ppo", "--env", "gym:Blackjack-v1"], "unsupported observation space Tuple"),

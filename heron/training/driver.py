@@ -344,7 +344,7 @@ class _Loop:
                     self.advised.add(topic)
                     print(f"heron: warning: {message}", file=sys.stderr)
                     note = {"kind": "note", "step": steps, "wall_s": self.wall(), "seed": seed}
-                    self._write({**note, "message": message})
+                    self._write({**note, "topic": topic, "message": message})
 
     def _write(self, record: dict) -> None:
         self.history.append(record)
@@ -538,6 +538,7 @@ def _continue(setup: Setup, run_dir: str, rewrite_config: bool) -> dict:
     loop = _Loop(setup, run_dir, program, wall_offset)
     loop.greedy_history = rundir.greedy_history(records, setup.greedy_temperature, setup.seeds)
     loop.history = list(records)
+    loop.advised = {r["topic"] for r in records if r.get("kind") == "note" and "topic" in r}
     note = setup.source.resume_note
     if note is not None:
         print(f"heron: {note}", file=sys.stderr)
