@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from heron import agents, api
-from heron.agents import ConfigError, NetworkConfig, PPOConfig, ppo
+from heron.agents import ConfigError, NetworkConfig, PPOConfig, base, ppo
 from heron.agents.base import ROLLOUT_STATE
 from heron.agents.learning import sequences, time_major
 from heron.specs import EnvSpec, action_spec_from_space
@@ -119,7 +119,7 @@ def test_alf_refusals_and_warning():
         ConfigError, match="unroll_length=30 is not a multiple of ppo.sequence_length=8"
     ):
         _recurrent(unroll_length=30, sequence_length=8, batch_size=5, use_rollout_state=True)
-    ppo._WARNED.clear()  # the warning is given once per process
+    base._WARNED.clear()  # the warning is given once per process
     with pytest.warns(UserWarning, match="consider ppo.use_rollout_state True"):
         api.build("ppo", _recurrent("gru", unroll_length=16, sequence_length=8, batch_size=8), run)
     with pytest.raises(ConfigError, match="ppo.network.core must be one of none, lstm, gru"):

@@ -26,10 +26,11 @@ from which training sequences start.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 from typing import Any
 
-from heron.configs import ConfigError, integer, number, validate
+from heron.configs import ConfigError, check, integer, number, validate
 from heron.specs import EnvSpec
 
 ROLLOUT_STATE = "rollout_state"  # the extras key of the recorded recurrent state
@@ -93,6 +94,38 @@ def check_config(config, name: str) -> None:
     validate(config, name)
 
 
+def check_recurrence(config, name: str) -> None:
+    """ALF's rules for recurrent agents trained on sequences (``use_rollout_state`` needs a
+    core; a core trained on sequences of one step from zero states never uses its memory)."""
+    recurrent = config.network.recurrent
+    check(
+        recurrent or not config.use_rollout_state,
+        f"{name}.use_rollout_state needs a recurrent core ({name}.network.core lstm or gru): "
+        "a feed-forward network has no state to record",
+    )
+    if recurrent and not config.use_rollout_state:
+        check(
+            config.sequence_length > 1,
+            f"a recurrent {name} trained on sequences of length 1 never uses its memory: set "
+            f"{name}.use_rollout_state True (train from the recorded state) or "
+            f"{name}.sequence_length > 1",
+        )
+
+
+_WARNED: set[str] = set()
+
+
+def warn_zero_start(config, name: str) -> None:
+    if config.network.recurrent and not config.use_rollout_state:
+        message = (
+            f"heron: a recurrent {name} trains each sequence from a zero state; consider "
+            f"{name}.use_rollout_state True to start from the state recorded when acting"
+        )
+        if message not in _WARNED:
+            _WARNED.add(message)
+            warnings.warn(message, stacklevel=3)
+
+
 __all__ = [
     "ROLLOUT_STATE",
     "Agent",
@@ -100,5 +133,7 @@ __all__ = [
     "MissingExtrasError",
     "ReplayConfig",
     "check_config",
+    "check_recurrence",
     "extra",
+    "warn_zero_start",
 ]

@@ -28,8 +28,15 @@ import optax
 from heron import ops, parallel
 from heron.agents import boltzmann, learning
 from heron.agents.actions import action_size, encode_action, from_box, tile, to_box
-from heron.agents.base import ROLLOUT_STATE, Agent, ReplayConfig, check_config, extra
-from heron.agents.ppo import check_recurrence, warn_zero_start
+from heron.agents.base import (
+    ROLLOUT_STATE,
+    Agent,
+    ReplayConfig,
+    check_config,
+    check_recurrence,
+    extra,
+    warn_zero_start,
+)
 from heron.configs import ConfigError, check, choice, integer, number, scheduled
 from heron.networks import (
     DenseHead,

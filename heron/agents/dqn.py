@@ -41,14 +41,21 @@ import rlax
 
 from heron import parallel
 from heron.agents import learning
-from heron.agents.base import ROLLOUT_STATE, Agent, ReplayConfig, check_config, extra
-from heron.agents.ppo import check_recurrence, warn_zero_start
+from heron.agents.base import (
+    ROLLOUT_STATE,
+    Agent,
+    ReplayConfig,
+    check_config,
+    check_recurrence,
+    extra,
+    warn_zero_start,
+)
 from heron.configs import ConfigError, check, integer, number, scheduled
 from heron.networks import DenseHead, NetworkConfig, flat_observation, make_network
+from heron.networks.distributions import GREEDY_BELOW
 from heron.specs import EnvSpec
 from heron.types import StepType, TimeStep
 
-GREEDY_BELOW = 1e-6  # temperatures below this take the greedy action
 # Sampled windows only: whole unrolls (cycle_one_time) cut into windows overlapping by one
 # step would leave the transitions without a whole n-step window untrained.
 SERVED = ("uniform",)

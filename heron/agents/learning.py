@@ -13,8 +13,9 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from heron import parallel, replay
+from heron import ops, parallel, replay
 from heron.configs import ConfigError
+from heron.networks import distributions
 from heron.schedules import as_schedule
 
 
@@ -231,3 +232,25 @@ def descend(updates, learning_rate):
     """Optimiser updates (e.g. Adam's direction, ``optax.scale_by_adam``) times the learning
     rate in effect, as gradient descent: ``-learning_rate * updates``."""
     return jax.tree.map(lambda u: -learning_rate * u, updates)
+
+
+def restart_masks(is_first):
+    """``ops.restart_mask`` over a batch: is_first [T+1, B] -> mask [T, B]."""
+    return jax.vmap(ops.restart_mask, in_axes=1, out_axes=1)(is_first)
+
+
+def tanh_gaussian(head_output) -> distributions.TanhGaussian:
+    return distributions.TanhGaussian(head_output["mean"], head_output["log_std"])
+
+
+def sample_with_log_prob(head_output, key, count):
+    """``count`` reparameterised tanh-Gaussian samples per distribution and their log-probs:
+    {mean, log_std} [T, B, d] -> actions [count, T, B, d], log_probs [count, T, B]. Each
+    sequence (b) draws from its own key, the same draws however the B sequences are split
+    over devices."""
+    keys = parallel.example_keys(key, head_output["mean"].shape[1])
+
+    def one_sequence(params, sequence_key):  # [T, d] -> [count, T, d], [count, T]
+        return tanh_gaussian(params).sample_and_log_prob(sequence_key, sample_shape=(count,))
+
+    return jax.vmap(one_sequence, in_axes=(1, 0), out_axes=(2, 2))(head_output, keys)

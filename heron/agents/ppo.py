@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple
 
@@ -24,7 +23,14 @@ import optax
 
 from heron import ops, parallel, replay, serialization
 from heron.agents import learning
-from heron.agents.base import ROLLOUT_STATE, Agent, check_config, extra
+from heron.agents.base import (
+    ROLLOUT_STATE,
+    Agent,
+    check_config,
+    check_recurrence,
+    extra,
+    warn_zero_start,
+)
 from heron.configs import check, integer, number, scheduled
 from heron.networks import (
     DenseHead,
@@ -132,44 +138,12 @@ class PPOConfig:
             )
 
 
-def check_recurrence(config, name: str) -> None:
-    """ALF's rules for recurrent agents trained on sequences (``use_rollout_state`` needs a
-    core; a core trained on sequences of one step from zero states never uses its memory)."""
-    recurrent = config.network.recurrent
-    check(
-        recurrent or not config.use_rollout_state,
-        f"{name}.use_rollout_state needs a recurrent core ({name}.network.core lstm or gru): "
-        "a feed-forward network has no state to record",
-    )
-    if recurrent and not config.use_rollout_state:
-        check(
-            config.sequence_length > 1,
-            f"a recurrent {name} trained on sequences of length 1 never uses its memory: set "
-            f"{name}.use_rollout_state True (train from the recorded state) or "
-            f"{name}.sequence_length > 1",
-        )
-
-
 def _joint(log_ratio, mask):
     """Per-control log-ratios [..., k] -> the joint one [...] shaped like ``mask``
     (unchanged for one control)."""
     if log_ratio.ndim > mask.ndim:
         return jnp.sum(log_ratio, axis=-1)
     return log_ratio
-
-
-_WARNED: set[str] = set()
-
-
-def warn_zero_start(config, name: str) -> None:
-    if config.network.recurrent and not config.use_rollout_state:
-        message = (
-            f"heron: a recurrent {name} trains each sequence from a zero state; consider "
-            f"{name}.use_rollout_state True to start from the state recorded when acting"
-        )
-        if message not in _WARNED:
-            _WARNED.add(message)
-            warnings.warn(message, stacklevel=3)
 
 
 class PPOState(NamedTuple):

@@ -43,9 +43,17 @@ import optax
 from heron import parallel
 from heron.agents import learning
 from heron.agents.actions import action_size, encode_action, from_box, to_box
-from heron.agents.base import ROLLOUT_STATE, Agent, ConfigError, ReplayConfig, check_config, extra
-from heron.agents.ppo import check_recurrence, warn_zero_start
-from heron.agents.svg0 import restart_masks, sample_with_log_prob, tanh_gaussian
+from heron.agents.base import (
+    ROLLOUT_STATE,
+    Agent,
+    ConfigError,
+    ReplayConfig,
+    check_config,
+    check_recurrence,
+    extra,
+    warn_zero_start,
+)
+from heron.agents.learning import restart_masks, sample_with_log_prob, tanh_gaussian
 from heron.configs import integer, number, scheduled
 from heron.networks import DenseHead, PolicyHead, flat_observation, make_network
 from heron.networks.network import Network, NetworkConfig

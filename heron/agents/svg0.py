@@ -58,12 +58,14 @@ from heron.agents.base import (
     MissingExtrasError,
     ReplayConfig,
     check_config,
+    check_recurrence,
     extra,
+    warn_zero_start,
 )
 from heron.agents.crr import acme_network
-from heron.agents.ppo import check_recurrence, warn_zero_start
+from heron.agents.learning import restart_masks, sample_with_log_prob, tanh_gaussian
 from heron.configs import integer, number, scheduled
-from heron.networks import DenseHead, PolicyHead, distributions, flat_observation, make_network
+from heron.networks import DenseHead, PolicyHead, flat_observation, make_network
 from heron.networks.network import Network, NetworkConfig
 from heron.specs import EnvSpec
 from heron.types import Experience, StepType, TimeStep
@@ -153,11 +155,6 @@ def log_importance_weights(target_log_prob, behaviour_log_prob, mask):
     return jnp.log(rho + MIN_RHO)
 
 
-def restart_masks(is_first):
-    """``ops.restart_mask`` over a batch: is_first [T+1, B] -> mask [T, B]."""
-    return jax.vmap(ops.restart_mask, in_axes=1, out_axes=1)(is_first)
-
-
 def retrace_targets(log_rhos, discounts, rewards, q_values, values, lambda_):
     """Retrace targets [T, B] for sequences of T+1 steps.
 
@@ -198,23 +195,6 @@ def with_exploration_noise(head_output, noise_std):
         return head_output
     variance = jnp.exp(2.0 * head_output["log_std"]) + noise_std**2
     return {"mean": head_output["mean"], "log_std": 0.5 * jnp.log(variance)}
-
-
-def tanh_gaussian(head_output) -> distributions.TanhGaussian:
-    return distributions.TanhGaussian(head_output["mean"], head_output["log_std"])
-
-
-def sample_with_log_prob(head_output, key, count):
-    """``count`` reparameterised tanh-Gaussian samples per distribution and their log-probs:
-    {mean, log_std} [T, B, d] -> actions [count, T, B, d], log_probs [count, T, B]. Each
-    sequence (b) draws from its own key, the same draws however the B sequences are split
-    over devices."""
-    keys = parallel.example_keys(key, head_output["mean"].shape[1])
-
-    def one_sequence(params, sequence_key):  # [T, d] -> [count, T, d], [count, T]
-        return tanh_gaussian(params).sample_and_log_prob(sequence_key, sample_shape=(count,))
-
-    return jax.vmap(one_sequence, in_axes=(1, 0), out_axes=(2, 2))(head_output, keys)
 
 
 def behaviour_log_prob(experience: Experience):
