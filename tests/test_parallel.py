@@ -29,7 +29,7 @@ def two_device_results(tmp_path_factory):
         capture_output=True,
         text=True,
         env=env,
-        timeout=900,
+        timeout=2400,  # five agents compiled twice each, on a loaded CI machine
         check=False,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
