@@ -3,6 +3,7 @@
 import dataclasses
 import json
 
+import compiled
 import gymnasium
 import jax
 import jax.numpy as jnp
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from heron import agents, api
+from heron import api
 from heron.agents import ConfigError, CRRConfig, NetworkConfig, boltzmann, crr
 from heron.agents.base import ReplayConfig
 from heron.specs import EnvSpec, action_spec_from_space
@@ -70,7 +71,7 @@ def _with_varied_critic(state, seed=7):
 @pytest.mark.parametrize("mode", ["exp", "binary", "all"])
 def test_update_in_every_mode(mode):
     config = CRRConfig(policy_improvement_mode=mode, **SMALL)
-    agent = agents.make("crr", BOX, config)
+    agent = compiled.make("crr", BOX, config)
     state = _with_varied_critic(agent.init(jax.random.PRNGKey(0)))
     new_state, metrics = agent.update(state, _sequences(BOX), jax.random.PRNGKey(1))
     assert all(np.isfinite(float(v)) for v in metrics.values())
@@ -89,7 +90,7 @@ def test_baselines_are_the_mean_max_and_min_over_policy_samples():
     smallest and against the min baseline the largest (swapping max and min fails this)."""
     advantages = {}
     for baseline in ("mean", "max", "min"):
-        agent = agents.make("crr", BOX, CRRConfig(baseline_reduce=baseline, **SMALL))
+        agent = compiled.make("crr", BOX, CRRConfig(baseline_reduce=baseline, **SMALL))
         state = _with_varied_critic(agent.init(jax.random.PRNGKey(0)))
         _, metrics = agent.update(state, _sequences(BOX), jax.random.PRNGKey(1))
         advantages[baseline] = float(metrics["crr/advantage"])
@@ -108,7 +109,7 @@ def test_coefficients():
 
 def test_critic_learns_a_fixed_batch_and_targets_copy_on_schedule():
     config = CRRConfig(target_update_period=5, learning_rate=1e-3, **SMALL)
-    agent = agents.make("crr", BOX, config)
+    agent = compiled.make("crr", BOX, config)
     state = agent.init(jax.random.PRNGKey(0))
     initial_target = state.target_critic_params
     batch = _sequences(BOX)
@@ -129,7 +130,7 @@ def test_critic_learns_a_fixed_batch_and_targets_copy_on_schedule():
 
 @pytest.mark.parametrize("spec, shape", [(DISCRETE, (5,)), (MULTI, (5, 2))])
 def test_discrete_and_multi_discrete_actions(spec, shape):
-    agent = agents.make("crr", spec, CRRConfig(**SMALL))
+    agent = compiled.make("crr", spec, CRRConfig(**SMALL))
     state = agent.init(jax.random.PRNGKey(0))
     action, _, _ = agent.act(state, _timestep(5, (4,)), agent.initial_carry(5), jax.random.key(0))
     assert action.shape == shape and action.dtype == jnp.int32
@@ -139,13 +140,13 @@ def test_discrete_and_multi_discrete_actions(spec, shape):
 
 def test_multi_discrete_controls_each_get_their_own_log_prob():
     """A MultiDiscrete policy is a product of one categorical per control."""
-    agent = agents.make("crr", MULTI, CRRConfig(**SMALL))
+    agent = compiled.make("crr", MULTI, CRRConfig(**SMALL))
     state = agent.init(jax.random.PRNGKey(0))
     batch = _sequences(MULTI)
     _, metrics = agent.update(state, batch, jax.random.PRNGKey(1))
     # At init the policy is uniform over 3 x 3 joint actions; behaviour cloning's loss (mode
     # all, coefficient 1) is -log(1/9) per transition.
-    bc = agents.make("crr", MULTI, CRRConfig(policy_improvement_mode="all", **SMALL))
+    bc = compiled.make("crr", MULTI, CRRConfig(policy_improvement_mode="all", **SMALL))
     _, bc_metrics = bc.update(bc.init(jax.random.PRNGKey(0)), batch, jax.random.PRNGKey(1))
     assert float(bc_metrics["loss/policy"]) == pytest.approx(np.log(9.0), rel=1e-3)
 
@@ -153,7 +154,7 @@ def test_multi_discrete_controls_each_get_their_own_log_prob():
 def test_actions_land_in_the_box_and_greedy_is_deterministic():
     timestep = _timestep(64, (3,))
     for acting in ("policy", "boltzmann"):
-        agent = agents.make("crr", BOX, CRRConfig(acting=acting, **SMALL))
+        agent = compiled.make("crr", BOX, CRRConfig(acting=acting, **SMALL))
         state = agent.init(jax.random.PRNGKey(0))
         carry = agent.initial_carry(64)
         action, _, _ = agent.act(state, timestep, carry, jax.random.PRNGKey(1))
@@ -183,7 +184,7 @@ def test_boltzmann_acting_prefers_the_action_the_critic_prefers():
     fractions = {}
     for acting in ("policy", "boltzmann"):
         config = CRRConfig(acting=acting, boltzmann_beta=0.5, boltzmann_samples=8, **settings)
-        agent = agents.make("crr", DISCRETE, config)
+        agent = compiled.make("crr", DISCRETE, config)
         state = _critic_preferring_action_one(agent.init(jax.random.PRNGKey(0)), 11)
         action, _, _ = agent.act(state, timestep, agent.initial_carry(4000), jax.random.key(1))
         fractions[acting] = float(jnp.mean(action == 1))

@@ -4,13 +4,14 @@ of the chosen sample), and runs through the driver."""
 
 import dataclasses
 
+import compiled
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from test_crr import BOX, SMALL, _sequences, _small_crr_run
 
-from heron import agents, api
+from heron import api
 from heron.agents import CRRConfig, crr
 from heron.agents.actions import from_box
 from heron.agents.base import ROLLOUT_STATE, ReplayConfig
@@ -49,7 +50,7 @@ def _with_rollout_states(agent, batch, offset=0.5):
 def test_recurrent_update(core, use_rollout_state):
     network = dataclasses.replace(RECURRENT["network"], core=core)
     config = CRRConfig(**dict(RECURRENT, network=network), use_rollout_state=use_rollout_state)
-    agent = agents.make("crr", BOX, config)
+    agent = compiled.make("crr", BOX, config)
     state = agent.init(jax.random.PRNGKey(0))
     batch = _sequences(BOX, length=4)
     if use_rollout_state:
@@ -68,7 +69,7 @@ def test_recurrent_update(core, use_rollout_state):
 
 def test_target_networks_skip_observation_zero():
     config = CRRConfig(**RECURRENT)
-    agent = agents.make("crr", BOX, config)
+    agent = compiled.make("crr", BOX, config)
     targets = jax.jit(crr.make_target_probs(BOX, config))
     state = _state(agent)
     batch = _sequences(BOX, length=4)
@@ -83,7 +84,7 @@ def test_targets_start_from_the_state_recorded_before_step_one():
     """With rollout states the target networks, which first see observation 1, start from
     the state recorded before step 1 (not the one before step 0: no one-step gap)."""
     config = CRRConfig(**RECURRENT, use_rollout_state=True)
-    agent = agents.make("crr", BOX, config)
+    agent = compiled.make("crr", BOX, config)
     targets = jax.jit(crr.make_target_probs(BOX, config))
     state, key = _state(agent), jax.random.PRNGKey(3)
     batch = _with_rollout_states(agent, _sequences(BOX, length=4))
@@ -102,7 +103,7 @@ def test_targets_start_from_the_state_recorded_before_step_one():
 def test_acting_carries_the_states_of_the_action_taken():
     for acting in ("policy", "boltzmann"):
         config = CRRConfig(**RECURRENT, acting=acting, boltzmann_samples=5)
-        agent = agents.make("crr", BOX, config)
+        agent = compiled.make("crr", BOX, config)
         state = _state(agent)
         observation = jax.random.normal(jax.random.PRNGKey(2), (6, 3))
         step_type = jnp.array([0, 1, 1, 0, 1, 1], jnp.int32)

@@ -4,6 +4,7 @@ epsilon over environment steps, the temperature policy, target updates, bad inpu
 import dataclasses
 import json
 
+import compiled
 import gymnasium
 import jax
 import jax.numpy as jnp
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 import rlax
 
-from heron import agents, api, presets
+from heron import api, presets
 from heron.agents import ConfigError, DQNConfig, NetworkConfig, dqn
 from heron.agents.base import ReplayConfig
 from heron.specs import EnvSpec, action_spec_from_space
@@ -119,7 +120,7 @@ def _differs_from_greedy(agent, state, batch=4000):
 
 def test_epsilon_runs_over_environment_steps_not_updates():
     config = DQNConfig(network=SMALL, epsilon="linear(1.0, 0.0, 1000)")
-    agent = agents.make("dqn", DISCRETE, config)
+    agent = compiled.make("dqn", DISCRETE, config)
     state = agent.init(jax.random.PRNGKey(0))
     assert _differs_from_greedy(agent, state) == pytest.approx(0.5, abs=0.03)  # epsilon 1
     many_updates = state._replace(update_step=jnp.array(10**6, jnp.int32))
@@ -159,7 +160,7 @@ def test_policy_samples_softmax_over_q_by_temperature():
 
 @pytest.mark.parametrize("spec, shape", [(DISCRETE, (5,)), (MULTI, (5, 2))])
 def test_discrete_and_multi_discrete_actions(spec, shape):
-    agent = agents.make("dqn", spec, DQNConfig(network=SMALL))
+    agent = compiled.make("dqn", spec, DQNConfig(network=SMALL))
     state = agent.init(jax.random.PRNGKey(0))
     timestep = _timestep(5, spec.observation_shape)
     for action in (
@@ -185,7 +186,7 @@ def test_q_learns_a_fixed_batch_and_targets_follow_their_schedule():
         sequence_length=3,
         target_update_period=5,
     )
-    agent = agents.make("dqn", DISCRETE, config)
+    agent = compiled.make("dqn", DISCRETE, config)
     state = agent.init(jax.random.PRNGKey(0))
     batch = _sequences(DISCRETE, length=3, batch=32)
     update = jax.jit(agent.update)
@@ -201,7 +202,7 @@ def test_q_learns_a_fixed_batch_and_targets_follow_their_schedule():
 
 def test_burn_in_steps_carry_no_loss():
     config = DQNConfig(network=LSTM, use_rollout_state=True, burn_in=2, n_step=1, sequence_length=4)
-    agent = agents.make("dqn", DISCRETE, config)
+    agent = compiled.make("dqn", DISCRETE, config)
     state = agent.init(jax.random.PRNGKey(0))
     start = agent.initial_carry(8)
     zeros = jax.tree.map(lambda x: jnp.zeros((4,) + x.shape), start)
@@ -220,7 +221,7 @@ def test_burn_in_steps_carry_no_loss():
 
 def test_box_actions_are_refused_naming_the_spaces_dqn_serves():
     with pytest.raises(ConfigError, match="dqn needs discrete actions") as error:
-        agents.make("dqn", BOX, DQNConfig())
+        compiled.make("dqn", BOX, DQNConfig())
     assert "Discrete" in str(error.value) and "MultiDiscrete" in str(error.value)
     assert "Box" in str(error.value)
 
@@ -258,7 +259,7 @@ def test_bad_config(overrides, message):
 
 
 def test_unserved_replayer_is_refused():
-    agent = agents.make("dqn", DISCRETE, DQNConfig(network=SMALL))
+    agent = compiled.make("dqn", DISCRETE, DQNConfig(network=SMALL))
     with pytest.raises(ValueError, match="dqn cannot learn from the 'cycle_one_time' replayer"):
         agent.make_replay(4, "cycle_one_time")
 

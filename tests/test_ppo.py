@@ -1,5 +1,6 @@
 import dataclasses
 
+import compiled
 import gymnasium
 import jax
 import jax.numpy as jnp
@@ -37,7 +38,7 @@ def _timestep(batch, obs_shape=(3,)):
 )
 @pytest.mark.parametrize("two_towers", [True, False])
 def test_act_serves_every_action_space(space, action_shape, dtype, two_towers):
-    agent = agents.make("ppo", _spec(space), PPOConfig(two_towers=two_towers))
+    agent = compiled.make("ppo", _spec(space), PPOConfig(two_towers=two_towers))
     state = agent.init(jax.random.PRNGKey(0))
     carry = agent.initial_carry(5)
     action, _, extras = agent.act(state, _timestep(5), carry, jax.random.PRNGKey(2))
@@ -55,8 +56,8 @@ def test_act_serves_every_action_space(space, action_shape, dtype, two_towers):
 
 def test_two_towers_have_separate_torsos():
     spec = _spec(gymnasium.spaces.Discrete(2))
-    shared = agents.make("ppo", spec, PPOConfig(two_towers=False)).init(jax.random.PRNGKey(0))
-    towers = agents.make("ppo", spec, PPOConfig(two_towers=True)).init(jax.random.PRNGKey(0))
+    shared = compiled.make("ppo", spec, PPOConfig(two_towers=False)).init(jax.random.PRNGKey(0))
+    towers = compiled.make("ppo", spec, PPOConfig(two_towers=True)).init(jax.random.PRNGKey(0))
     count = lambda state: sum(x.size for x in jax.tree.leaves(state.params))  # noqa: E731
     assert count(towers) > count(shared)
 
@@ -85,7 +86,7 @@ def _probability_of_one(agent, state):
 
 
 def test_update_moves_policy_towards_positive_advantages():
-    agent = agents.make(
+    agent = compiled.make(
         "ppo", _spec(gymnasium.spaces.Discrete(2)), PPOConfig(learning_rate=1e-2, entropy_cost=0.0)
     )
     state = agent.init(jax.random.PRNGKey(0))
@@ -106,7 +107,7 @@ def test_update_moves_policy_towards_positive_advantages():
 
 
 def test_first_update_has_ratio_one_and_zero_kl():
-    agent = agents.make("ppo", _spec(gymnasium.spaces.Discrete(2)), PPOConfig())
+    agent = compiled.make("ppo", _spec(gymnasium.spaces.Discrete(2)), PPOConfig())
     state = agent.init(jax.random.PRNGKey(0))
     _, metrics = agent.update(state, _batch(agent, state), jax.random.PRNGKey(0))
     assert abs(float(metrics["ppo/approx_kl"])) < 1e-6
@@ -133,7 +134,7 @@ def _unroll(agent, state, num_envs=16, length=8, seed=0):
 
 
 def _learn_once(config, unroll_length=8, num_envs=16):
-    agent = agents.make("ppo", _spec(gymnasium.spaces.Discrete(2)), config)
+    agent = compiled.make("ppo", _spec(gymnasium.spaces.Discrete(2)), config)
     state = agent.init(jax.random.PRNGKey(0))
     replay = agent.make_replay(num_envs)
     unroll = _unroll(agent, state, num_envs, unroll_length)
@@ -211,7 +212,7 @@ def test_trax_names_are_refused_not_reinterpreted(old):
 
 
 def test_batches_that_do_not_tile_are_refused_when_the_replay_is_made():
-    agent = agents.make("ppo", _spec(gymnasium.spaces.Discrete(2)), PPOConfig(batch_size=300))
+    agent = compiled.make("ppo", _spec(gymnasium.spaces.Discrete(2)), PPOConfig(batch_size=300))
     with pytest.raises(ConfigError, match=r"ppo.batch_size=300 sequences must divide the 1024"):
         agent.make_replay(32)
     with pytest.raises(ConfigError, match="ppo cannot learn from the 'uniform' replayer"):
@@ -219,15 +220,16 @@ def test_batches_that_do_not_tile_are_refused_when_the_replay_is_made():
 
 
 def test_unknown_algorithm():
+    available = "crr, dqn, ppo, sac, svg0"
     with pytest.raises(
-        agents.UnknownAgentError, match="unknown algorithm 'foo'; available: crr, ppo"
+        agents.UnknownAgentError, match=f"unknown algorithm 'foo'; available: {available}"
     ):
         agents.make("foo", _spec(gymnasium.spaces.Discrete(2)))
 
 
 def test_scheduled_hyperparameters_follow_the_optimiser_step():
     config = PPOConfig(entropy_cost="linear(0.01, 0.0, 10)", epsilon="piecewise(0.3, 5, 0.1)")
-    agent = agents.make("ppo", _spec(gymnasium.spaces.Discrete(2)), config)
+    agent = compiled.make("ppo", _spec(gymnasium.spaces.Discrete(2)), config)
     state = agent.init(jax.random.PRNGKey(0))
     batch = _batch(agent, state)
     seen = []

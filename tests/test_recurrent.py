@@ -1,12 +1,13 @@
 """Recurrent PPO: core state reset at episode starts, rollout states, ALF's refusals."""
 
+import compiled
 import gymnasium
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from heron import agents, api
+from heron import api
 from heron.agents import ConfigError, NetworkConfig, PPOConfig, base, ppo
 from heron.agents.base import ROLLOUT_STATE
 from heron.agents.learning import sequences, time_major
@@ -33,7 +34,7 @@ def _timestep(step_type, batch=4, seed=0):
 @pytest.mark.parametrize("core", ["lstm", "gru"])
 @pytest.mark.parametrize("two_towers", [True, False])
 def test_core_state_resets_where_episodes_start(core, two_towers):
-    agent = agents.make(
+    agent = compiled.make(
         "ppo", SPEC, _recurrent(core, two_towers=two_towers, use_rollout_state=True)
     )
     state = agent.init(jax.random.PRNGKey(0))
@@ -69,8 +70,8 @@ def _rollout_experience(agent, state, length=8, batch=4):
 
 
 def test_the_actor_records_its_state_only_under_use_rollout_state():
-    with_state = agents.make("ppo", SPEC, _recurrent(use_rollout_state=True, sequence_length=4))
-    without = agents.make("ppo", SPEC, _recurrent(sequence_length=4))
+    with_state = compiled.make("ppo", SPEC, _recurrent(use_rollout_state=True, sequence_length=4))
+    without = compiled.make("ppo", SPEC, _recurrent(sequence_length=4))
     carry = jax.tree.map(lambda x: x + 0.2, with_state.initial_carry(4))
     state = with_state.init(jax.random.PRNGKey(0))
     _, _, extras = with_state.act(state, _timestep(StepType.MID), carry, jax.random.PRNGKey(1))
@@ -84,7 +85,7 @@ def test_training_sequences_replay_the_rollout_exactly():
     """From the recorded state, the training unroll reproduces the behaviour's values and
     log-probabilities; so the first PPO step has ratio 1 and zero KL."""
     config = _recurrent(use_rollout_state=True, sequence_length=4, batch_size=8, num_epochs=1)
-    agent = agents.make("ppo", SPEC, config)
+    agent = compiled.make("ppo", SPEC, config)
     state = agent.init(jax.random.PRNGKey(0))
     experience = _rollout_experience(agent, state, length=9)
     preprocess_and_cut = _batch_of(agent, state, experience, config.sequence_length)
@@ -95,7 +96,7 @@ def test_training_sequences_replay_the_rollout_exactly():
 
 def test_without_rollout_state_sequences_start_from_zero():
     config = _recurrent("gru", sequence_length=4, batch_size=8, num_epochs=1)
-    agent = agents.make("ppo", SPEC, config)
+    agent = compiled.make("ppo", SPEC, config)
     state = agent.init(jax.random.PRNGKey(0))
     experience = _rollout_experience(agent, state, length=9)
     assert ROLLOUT_STATE not in experience.extras  # nothing recorded

@@ -5,13 +5,13 @@ resets, bad input, the CLI, and (slow) learning on Pendulum from its preset."""
 import dataclasses
 import json
 
+import compiled
 import gymnasium
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from heron import agents
 from heron.agents import ConfigError, SACConfig, sac
 from heron.agents.base import ROLLOUT_STATE, ReplayConfig
 from heron.networks import NetworkConfig
@@ -59,7 +59,7 @@ def _recurrent(core):
 
 def _agent(spec=BOX, **overrides):
     config = SACConfig(**{**SMALL, **overrides})
-    return agents.make("sac", spec, config), sac.make_terms(spec, config), config
+    return compiled.make("sac", spec, config), sac.make_terms(spec, config), config
 
 
 # ----------------------------------------------------------------- loss pieces by hand
@@ -346,7 +346,7 @@ def test_bad_config(overrides, message):
 @pytest.mark.parametrize("spec", [DISCRETE, MULTI], ids=["Discrete", "MultiDiscrete"])
 def test_discrete_actions_are_refused_naming_the_spaces_sac_serves(spec):
     with pytest.raises(ConfigError, match=r"sac needs continuous \(Box\) actions"):
-        agents.make("sac", spec, SACConfig())
+        compiled.make("sac", spec, SACConfig())
 
 
 # ----------------------------------------------------------------- the CLI

@@ -6,6 +6,7 @@ tests/test_crr.py.)"""
 import json
 import os
 
+import compiled
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -70,7 +71,7 @@ def test_boltzmann_resampling_serves_evaluation_too():
     timestep = _timestep(2000, (4,))
     greedy = {}
     for eval_acting in ("policy", "boltzmann"):
-        agent = agents.make("crr", DISCRETE, CRRConfig(eval_acting=eval_acting, **settings))
+        agent = compiled.make("crr", DISCRETE, CRRConfig(eval_acting=eval_acting, **settings))
         state = _critic_preferring_action_one(agent.init(jax.random.PRNGKey(0)), 11)
         state = state._replace(policy_params=_uniform_policy(state.policy_params))
         carry = agent.initial_carry(2000)
@@ -83,10 +84,10 @@ def test_boltzmann_resampling_serves_evaluation_too():
 def test_options_that_only_change_collection_are_refused_offline(tmp_path):
     spec = envs.make("gymnax:Pendulum-v1", 1).spec
     with pytest.raises(ConfigError, match="crr.acting boltzmann sets how experience is collected"):
-        agents.make("crr", spec, CRRConfig(acting="boltzmann"), collects=False)
+        compiled.make("crr", spec, CRRConfig(acting="boltzmann"), collects=False)
     with pytest.raises(ConfigError, match="svg0.exploration_noise widens the policy"):
-        agents.make("svg0", spec, agents.SVG0Config(exploration_noise=0.2), collects=False)
-    assert agents.make("crr", spec, CRRConfig(eval_acting="boltzmann"), collects=False)
+        compiled.make("svg0", spec, agents.SVG0Config(exploration_noise=0.2), collects=False)
+    assert compiled.make("crr", spec, CRRConfig(eval_acting="boltzmann"), collects=False)
 
 
 class NeverTerminates(CountingJaxEnv):

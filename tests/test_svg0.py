@@ -4,13 +4,13 @@ prior's terms, recurrent resets, bad input, the CLI, and (slow) learning on Pend
 import dataclasses
 import json
 
+import compiled
 import gymnasium
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from heron import agents
 from heron.agents import ConfigError, SVG0Config, svg0
 from heron.agents.base import ROLLOUT_STATE, ReplayConfig
 from heron.networks import NetworkConfig
@@ -56,7 +56,7 @@ def _recurrent(core):
 
 def _agent(spec=BOX, **overrides):
     config = SVG0Config(**{**SMALL, **overrides})
-    return agents.make("svg0", spec, config), svg0.make_terms(spec, config), config
+    return compiled.make("svg0", spec, config), svg0.make_terms(spec, config), config
 
 
 # ----------------------------------------------------------------- loss pieces by hand
@@ -394,7 +394,7 @@ def test_experience_without_behaviour_log_probs_is_refused(extras):
 
 def test_discrete_actions_are_refused():
     with pytest.raises(ConfigError, match="svg0 needs continuous"):
-        agents.make("svg0", DISCRETE, SVG0Config())
+        compiled.make("svg0", DISCRETE, SVG0Config())
 
 
 # ----------------------------------------------------------------- the driver and the CLI

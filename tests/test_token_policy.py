@@ -4,13 +4,14 @@ the command line."""
 
 import json
 
+import compiled
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import heron
-from heron import agents, serialization
+from heron import serialization
 from heron.agents import PPOConfig
 from heron.agents.ppo import TOKEN_VALID, TOKENS, advantages_per_control, clipped_surrogate
 from heron.cli import main
@@ -119,13 +120,13 @@ def test_bad_token_settings_are_refused_by_name(kwargs, message):
 def test_box_actions_are_refused_for_a_token_policy():
     spec = EnvSpec((3,), np.float32, ActionSpec("continuous", shape=(1,), low=(-2.0,), high=(2.0,)))
     with pytest.raises(ValueError, match="Box action space of shape .* refused for serialized"):
-        agents.make("ppo", spec, PPOConfig(vocab_size=16, tokens=TINY))
+        compiled.make("ppo", spec, PPOConfig(vocab_size=16, tokens=TINY))
 
 
 def test_more_actions_than_the_vocabulary_are_refused():
     spec = EnvSpec((3,), np.float32, ActionSpec("discrete", 1, 20))
     with pytest.raises(ValueError, match="20 categories cannot be written"):
-        agents.make("ppo", spec, PPOConfig(vocab_size=16, tokens=TINY))
+        compiled.make("ppo", spec, PPOConfig(vocab_size=16, tokens=TINY))
 
 
 # ----------------------------------------------------------------------------- history, model
@@ -167,7 +168,7 @@ def test_a_controls_logits_do_not_depend_on_later_tokens():
 def test_several_controls_act_with_a_log_prob_per_control(vocab_size):
     spec = EnvSpec((3,), np.float32, ActionSpec("discrete", 2, 3, multi_control=True))
     config = PPOConfig(vocab_size=vocab_size, tokens=TINY if vocab_size else TokenConfig())
-    agent = agents.make("ppo", spec, config)
+    agent = compiled.make("ppo", spec, config)
     state = agent.init(jax.random.PRNGKey(0))
     carry = agent.initial_carry(4)
     timestep = TimeStep(
