@@ -4,6 +4,7 @@ to choose the source of experience; the driver, for its schedules)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Literal
 
 from heron.configs import ConfigError, choice, integer, number, validate
@@ -68,6 +69,9 @@ class RunConfig:
     """Sampling temperatures to evaluate at; 0 is greedy."""
     separate_eval: bool = True
     """Evaluate on a separate env; False reports training episodes as temperature 1.0."""
+    stop_at_return: float | None = number(None, optional=True)
+    """End the run at the first evaluation whose greedy return reaches this on every seed
+    (SB3's StopTrainingOnRewardThreshold), with a checkpoint there; default run all steps."""
     max_timestep: int | None = integer(None, 1, optional=True)
     """Training episode time limit (truncation); default the env's own."""
     len_history_for_policy: int = integer(1, 1)
@@ -129,6 +133,8 @@ class RunConfig:
                 "eval_temperatures must be one or more finite values >= 0, got "
                 f"{self.eval_temperatures}"
             )
+        if self.stop_at_return is not None and not math.isfinite(self.stop_at_return):
+            raise ConfigError(f"stop_at_return must be a finite return, got {self.stop_at_return}")
         if self.dataset is not None and not self.dataset:
             raise ConfigError("dataset must be a directory path, got an empty string")
         if self.run_dir is not None and not self.run_dir:

@@ -72,6 +72,7 @@ def test_train_eval_and_metrics_through_the_real_entry_point(tmp_path):
         ),
         (["train", "ppo", "--replay", "uniform"], "ppo cannot learn from the 'uniform' replayer"),
         (["train", "ppo", "--updates-per-iteration", "5"], "updates_per_iteration sets"),
+        (["train", "ppo", "--stop-at-return", "inf"], "stop_at_return must be a finite return"),
         (
             ["train", "ppo", "--ppo.use-rollout-state"],
             "ppo.use_rollout_state needs a recurrent core",

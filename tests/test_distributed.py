@@ -368,6 +368,7 @@ def test_crr_learns_pendulum_with_two_actors(cluster, tmp_path):
         eval_temperatures=(0.0,),
         actors=2,
         ray_address=cluster[0],
+        stop_at_return=-400.0,
     )
     summary = api.train(api.build("crr", CRRConfig(), run), str(tmp_path / "run"))
     assert summary["best_eval_return"] >= -400

@@ -286,7 +286,7 @@ def test_dqn_preset_solves_cartpole_within_100k_steps(tmp_path):
     another machine's trajectory."""
     config, run = presets.preset("dqn", "gymnax:CartPole-v1")
     assert run.steps <= 100_000
-    run = dataclasses.replace(run, seed=0)
+    run = dataclasses.replace(run, seed=0, stop_at_return=475.0)  # ends when it gets there
     summary = api.train(api.build("dqn", config, run), str(tmp_path / "run"))
     assert summary["best_eval_return"] >= 475, _greedy_evals(tmp_path / "run")
 
@@ -298,7 +298,8 @@ def test_recurrent_dqn_remembers_what_masked_cartpole_hides(tmp_path):
     on the same run settings (best 47 over 100k steps)."""
     config, run = presets.preset("dqn", "heron:CartPole-masked-v1")
     run = dataclasses.replace(run, steps=40_000, seed=0)
-    lstm = api.train(api.build("dqn", config, run), str(tmp_path / "lstm"))
+    reaching = dataclasses.replace(run, stop_at_return=200.0)
+    lstm = api.train(api.build("dqn", config, reaching), str(tmp_path / "lstm"))
     memoryless, _ = presets.preset("dqn", "gymnax:CartPole-v1")
     feed_forward = api.train(api.build("dqn", memoryless, run), str(tmp_path / "ff"))
     assert lstm["best_eval_return"] >= 200, _greedy_evals(tmp_path / "lstm")

@@ -4,8 +4,8 @@ import jax.numpy as jnp
 import pytest
 
 from heron.agents import ConfigError, PPOConfig
-from heron.api import build, train
-from heron.training import RunConfig, TrainingError
+from heron.api import build, resume, train
+from heron.training import RunConfig, TrainingError, checkpoints
 from heron.training.driver import seed_keys
 
 SMALL_PPO = PPOConfig(unroll_length=16, batch_size=32, num_epochs=2)
@@ -72,6 +72,32 @@ def test_run_directory_contents(tmp_path):
     assert (run_dir / "checkpoints" / "16").is_dir()
 
 
+def test_stop_at_return_ends_the_run_at_the_first_evaluation_that_reaches_it(tmp_path):
+    """Every CartPole episode returns at least 8: a threshold of 5 is reached at the first
+    evaluation (iteration 4 of 16); the run saves there and cannot be resumed further."""
+    run_dir = tmp_path / "run"
+    summary = train(
+        build("ppo", SMALL_PPO, small_run(eval_every_n=4, stop_at_return=5.0)), str(run_dir)
+    )
+    assert summary["stopped_at_return"] is True and summary["steps"] == 256
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines if line["kind"] == "eval"] == [256]
+    assert [line["iteration"] for line in lines if line["kind"] == "train"] == [1, 2, 3, 4]
+    notes = [line for line in lines if line["kind"] == "note"]
+    assert [note["topic"] for note in notes] == ["stop_at_return"]
+    assert "reached stop_at_return=5 at step 256" in notes[0]["message"]
+    assert summary["final_eval_return"] == summary["best_eval_return"] >= 5.0
+    assert checkpoints.latest_step(str(run_dir)) == 4
+    with pytest.raises(ConfigError, match="ended at step 256: its greedy return reached"):
+        resume(str(run_dir))
+
+    unreached = train(
+        build("ppo", SMALL_PPO, small_run(eval_every_n=4, stop_at_return=1e6)),
+        str(tmp_path / "unreached"),
+    )
+    assert unreached["stopped_at_return"] is False and unreached["steps"] == 1024
+
+
 def test_refuses_a_non_empty_run_dir(tmp_path):
     (tmp_path / "x").write_text("keep me")
     with pytest.raises(ConfigError, match="already exists"):
@@ -134,6 +160,8 @@ def test_ppo_target_kl_stops_the_epochs_early():
         ({"replay": "fifo"}, "replay must be one of None, one_time, uniform, cycle_one_time"),
         ({"updates_per_iteration": 10}, "updates_per_iteration sets the gradient updates"),
         ({"num_envs": 0}, "num_envs must be >= 1, got 0"),
+        ({"stop_at_return": float("inf")}, "stop_at_return must be a finite return, got inf"),
+        ({"stop_at_return": float("nan")}, "stop_at_return must be a number"),
     ],
 )
 def test_run_config_refuses_bad_values_by_name(overrides, message):

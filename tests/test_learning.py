@@ -22,8 +22,11 @@ def _greedy_evals(run_dir):
     ]
 
 
-def _train_preset(algo, env, tmp_path):
+def _train_preset(algo, env, tmp_path, stop_at_return=None):
+    """The shipped preset, ended (where the test's claim is a best return) at the first
+    greedy evaluation that reaches ``stop_at_return``: the steps before are the full run's."""
     config, run = presets.preset(algo, env)
+    run = dataclasses.replace(run, stop_at_return=stop_at_return)
     return train(build(algo, config, run), str(tmp_path / "run")), run
 
 
@@ -45,7 +48,8 @@ def test_recurrent_ppo_remembers_what_masked_cartpole_hides(tmp_path):
     """Masked CartPole hides the velocities: the preset's LSTM policy recovers them from its
     memory (>= 400 from 25-37k steps on seeds 0-2), a feed-forward one with the same run
     settings cannot."""
-    lstm, run = _train_preset("ppo", "heron:CartPole-masked-v1", tmp_path / "lstm")
+    lstm, run = _train_preset("ppo", "heron:CartPole-masked-v1", tmp_path / "lstm", 400.0)
+    run = dataclasses.replace(run, stop_at_return=None)
     assert lstm["best_eval_return"] >= 400, _greedy_evals(tmp_path / "lstm" / "run")
     config, _ = presets.preset("ppo", "heron:CartPole-masked-v1")
     memoryless = dataclasses.replace(
@@ -64,7 +68,7 @@ def test_recurrent_ppo_remembers_what_masked_cartpole_hides(tmp_path):
     ],
 )
 def test_ppo_presets_learn(env, threshold, tmp_path):
-    summary, _ = _train_preset("ppo", env, tmp_path)
+    summary, _ = _train_preset("ppo", env, tmp_path, threshold)
     assert summary["best_eval_return"] >= threshold, _greedy_evals(tmp_path / "run")
 
 
@@ -72,5 +76,5 @@ def test_ppo_presets_learn(env, threshold, tmp_path):
 def test_crr_learns_pendulum_from_its_preset(tmp_path):
     """CRR online on gymnax Pendulum-v1 with the preset: greedy >= -200 within 20k steps
     (the preset reached it at 3k on seeds 0-2 and ended at -149 +- 4)."""
-    summary, _ = _train_preset("crr", "gymnax:Pendulum-v1", tmp_path)
+    summary, _ = _train_preset("crr", "gymnax:Pendulum-v1", tmp_path, -200.0)
     assert summary["best_eval_return"] >= -200, _greedy_evals(tmp_path / "run")

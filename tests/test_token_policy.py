@@ -239,7 +239,8 @@ def test_token_ppo_learns_cartpole(tmp_path, capsys):
     trajectory."""
     run_dir = tmp_path / "run"
     argv = ["train", "ppo", "--steps", "81920", "--eval-every-n", "5", "--n-evals", "8"]
-    argv += ["--eval-temperatures", "0", "--run-dir", str(run_dir), *CARTPOLE_TOKENS]
+    argv += ["--eval-temperatures", "0", "--stop-at-return", "400"]
+    argv += ["--run-dir", str(run_dir), *CARTPOLE_TOKENS]
     assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["best_eval_return"] >= 400

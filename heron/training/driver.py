@@ -141,6 +141,7 @@ class _Loop:
             self.checkpointer = checkpoints.Checkpointer(run_dir, run.keep_checkpoints)
             self.best_checkpointer = checkpoints.Checkpointer(run_dir, 1, kind=checkpoints.BEST)
         self.stop_signal: int | None = None
+        self.reached_at: int | None = None  # the step whose evaluation reached stop_at_return
         self.history: list[dict] = []  # every line written, for the controller
         self.advised: set[str] = set()
         self.saved_iteration: int | None = None
@@ -171,6 +172,8 @@ class _Loop:
                     state = self._iteration(state, i, first)
                     if self.stop_signal is not None:
                         self._stop(i + 1, state)
+                    if self.reached_at is not None:
+                        break
         finally:
             self.logger.close()
             for checkpointer in (self.checkpointer, self.best_checkpointer):
@@ -197,6 +200,7 @@ class _Loop:
         if (i + 1) % run.eval_every_n == 0 or last:
             self._evaluate(state, i, steps, stats)
             state = self._control(state, steps)
+            last = last or self._reached_return(steps)
         self._maybe_save(i + 1, state, stats, last)
         self._progress(steps)
         return state
@@ -333,6 +337,25 @@ class _Loop:
             if self.best_checkpointer is not None:
                 self.best_checkpointer.save(index + 1, state, self.setup.record)
 
+    def _reached_return(self, steps: int) -> bool:
+        """Whether the latest greedy evaluation reached stop_at_return on every seed (then
+        the run ends after this iteration's checkpoint)."""
+        threshold = self.setup.run.stop_at_return
+        greedy = self.greedy_history[-1]
+        if threshold is None or not np.all(greedy >= threshold):
+            return False
+        self.reached_at = steps
+        message = (
+            f"greedy return {float(np.mean(greedy)):.1f} reached stop_at_return={threshold:g} "
+            f"at step {steps}: the run ends here"
+        )
+        print(f"heron: {message}", file=sys.stderr)
+        self._write(
+            {"kind": "note", "step": steps, "wall_s": self.wall(), "topic": "stop_at_return",
+             "message": message}
+        )  # fmt: skip
+        return True
+
     def _advise(self, metrics: dict, steps: int) -> None:
         """The agent's warnings about its metrics, each topic printed and logged once a run."""
         if self.setup.agent.advise is None:
@@ -400,8 +423,8 @@ class _Loop:
     def summary(self, state: TrainState) -> dict:
         setup = self.setup
         wall = self.wall()
-        steps = setup.iterations * setup.steps_per_iteration
         history = np.asarray(self.greedy_history)  # [evaluations, K]
+        steps = self.reached_at or setup.iterations * setup.steps_per_iteration
         params = setup.agent.params(state.agent_state)
         per_seed_params = [
             jax.tree.map(lambda x, k=k: x[k], params) for k in range(setup.run.seeds)
@@ -421,6 +444,8 @@ class _Loop:
             ),
             "preset": setup.run.preset,
         }
+        if setup.run.stop_at_return is not None:
+            summary["stopped_at_return"] = self.reached_at is not None
         if hasattr(setup.source, "summary"):  # e.g. what the source's actors did
             first_seed = jax.tree.map(lambda x: x[0], state.source_state)
             summary.update(setup.source.summary(jax.device_get(first_seed)))
@@ -532,6 +557,13 @@ def _continue(setup: Setup, run_dir: str, rewrite_config: bool) -> dict:
             f"{iteration}); pass a larger --steps to continue it"
         )
     records = rundir.truncate_metrics(run_dir, iteration * setup.steps_per_iteration)
+    reached = [r for r in records if r.get("topic") == "stop_at_return"]
+    if reached:
+        raise ConfigError(
+            f"{run_dir!r} ended at step {reached[-1]['step']}: its greedy return reached "
+            f"stop_at_return={setup.run.stop_at_return:g}; there is nothing to resume "
+            f"(`heron eval {run_dir}` evaluates it)"
+        )
     if rewrite_config:
         rundir.write_config(run_dir, setup.record)
     wall_offset = max((r.get("wall_s") or 0.0 for r in records), default=0.0)
