@@ -436,8 +436,6 @@ def _build(spec: EnvSpec, config: CRRConfig, devices):
         }
         return new_state, metrics
 
-    update = learning.data_parallel(update, devices or jax.devices(), "crr", config.batch_size)
-
     def advise(metrics: dict) -> dict[str, str]:
         """Targets clipped to the value support train the critic towards the wrong values."""
         fraction = metrics.get("crr/clipped_fraction", 0.0)
@@ -458,13 +456,8 @@ def _build(spec: EnvSpec, config: CRRConfig, devices):
         initial_carry=initial_carry,
         act=act,
         policy=policy_fn,
-        make_replay=lambda num_envs, name=None, **sizes: learning.make_off_policy_replay(
-            "crr", config, num_envs, name, **sizes
-        ),
-        update=update,
-        learn=learning.replay_updates(update, config.sequence_length, config.batch_size),
         params=lambda state: state.policy_params,
-        replayers=("uniform", "cycle_one_time"),
+        **learning.off_policy_learning("crr", config, update, devices),
         advise=advise,
     )
     return agent, next_step_targets

@@ -341,8 +341,6 @@ def make_dqn(spec: EnvSpec, config: DQNConfig, devices=None, collects: bool = Tr
         }
         return new_state, metrics
 
-    update = learning.data_parallel(update, devices or jax.devices(), "dqn", config.batch_size)
-
     return Agent(
         name="dqn",
         config=config,
@@ -352,12 +350,7 @@ def make_dqn(spec: EnvSpec, config: DQNConfig, devices=None, collects: bool = Tr
         initial_carry=initial_carry,
         act=act,
         policy=policy,
-        make_replay=lambda num_envs, name=None, **sizes: learning.make_off_policy_replay(
-            "dqn", config, num_envs, name, SERVED, **sizes
-        ),
-        update=update,
-        learn=learning.replay_updates(update, config.sequence_length, config.batch_size),
         params=lambda state: state.params,
-        replayers=SERVED,
+        **learning.off_policy_learning("dqn", config, update, devices, SERVED),
         observe_steps=observe_steps,
     )

@@ -128,12 +128,32 @@ def replay_updates(update: Callable, sequence_length: int, batch_size: int) -> C
     return learn
 
 
+OFF_POLICY_REPLAYERS = ("uniform", "cycle_one_time")
+
+
+def off_policy_learning(
+    agent: str, config, update: Callable, devices, served: tuple[str, ...] = OFF_POLICY_REPLAYERS
+) -> dict:
+    """The ``Agent`` fields every off-policy agent fills alike from its one-device
+    ``update``: ``update`` (split over ``devices``, default all), ``make_replay``, ``learn``
+    and ``replayers``."""
+    update = data_parallel(update, devices or jax.devices(), agent, config.batch_size)
+    return dict(
+        update=update,
+        make_replay=lambda num_envs, name=None, **sizes: make_off_policy_replay(
+            agent, config, num_envs, name, served, **sizes
+        ),
+        learn=replay_updates(update, config.sequence_length, config.batch_size),
+        replayers=served,
+    )
+
+
 def make_off_policy_replay(
     agent: str,
     config,
     num_envs: int,
     name: str | None = None,
-    served: tuple[str, ...] = ("uniform", "cycle_one_time"),
+    served: tuple[str, ...] = OFF_POLICY_REPLAYERS,
     **sizes,
 ):
     """The replayer of an off-policy agent (``config`` has ``replay``, ``unroll_length``,

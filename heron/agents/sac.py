@@ -461,7 +461,6 @@ def _build(spec: EnvSpec, config: SACConfig, devices) -> tuple[Agent, Callable]:
         metrics.update(hyper.metrics(state.update_step, state.controls))
         return new_state, metrics
 
-    sharded = learning.data_parallel(update, devices or jax.devices(), "sac", config.batch_size)
     agent = Agent(
         name="sac",
         config=config,
@@ -471,13 +470,8 @@ def _build(spec: EnvSpec, config: SACConfig, devices) -> tuple[Agent, Callable]:
         initial_carry=initial_carry,
         act=act,
         policy=policy_fn,
-        update=sharded,
-        make_replay=lambda num_envs, name=None, **sizes: learning.make_off_policy_replay(
-            "sac", config, num_envs, name, **sizes
-        ),
-        learn=learning.replay_updates(sharded, config.sequence_length, config.batch_size),
         params=lambda state: state.policy_params,
-        replayers=("uniform", "cycle_one_time"),
+        **learning.off_policy_learning("sac", config, update, devices),
     )
     return agent, terms
 
