@@ -267,8 +267,8 @@ def load_config(run_dir: str):
     record = rundir.read_config(run_dir)
     if record.get("algo") == "world-model":
         raise rundir.RunDirError(
-            f"{run_dir!r} is a world-model run: it has no policy to evaluate, roll out or "
-            "resume; plot it, or start a token policy from it with --init-from"
+            f"{run_dir!r} is a world-model run: it has no policy to evaluate or roll out; "
+            "plot it, or start a token policy from it with --init-from"
         )
     return configs_from_record(record, os.path.join(run_dir, rundir.CONFIG))
 
@@ -276,7 +276,13 @@ def load_config(run_dir: str):
 def resume(run_dir: str, steps: int | None = None, controller=None) -> dict:
     """Continues ``run_dir`` from its latest checkpoint to its configured ``steps`` (or to a
     new budget ``steps``). With JAX environments on CPU the result equals the uninterrupted
-    run's."""
+    run's. A world-model run continues as ``heron.world_model.resume``."""
+    if rundir.read_config(run_dir).get("algo") == "world-model":
+        from heron import world_model
+
+        if controller is not None:
+            raise ConfigError("a world-model run has no hyperparameters for a controller")
+        return world_model.resume(run_dir, steps)
     setup = _rebuild(run_dir, controller, **({} if steps is None else {"steps": steps}))
     _check_same_dataset(run_dir, setup)
     if _on_gpu_learner(setup):

@@ -23,6 +23,7 @@ next-token accuracy, so ``heron plot`` draws it), checkpoints/, tb/.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import time
@@ -320,8 +321,20 @@ def _prepare_run_dir(run_dir: str) -> None:
         )
 
 
-def train(config: WorldModelConfig) -> dict:
-    """Trains a world model; returns the final JSON line's fields."""
+class _Data(NamedTuple):
+    """What a run trains and evaluates on, made from its config and dataset."""
+
+    dataset: object
+    observation_ser: object
+    layout: serialization.TokenLayout
+    model: WorldModel
+    train_windows: Windows
+    held_windows: Windows
+    unigram: int  # the most frequent next token of the training windows
+    transform: object  # observations -> what is serialized
+
+
+def _prepare(config: WorldModelConfig) -> _Data:
     envs.import_env_module(config.env_module)
     spec = envs.make(config.env, 1).spec
     dataset = read_dataset(config.dataset)
@@ -340,30 +353,108 @@ def train(config: WorldModelConfig) -> dict:
     )
     next_tokens = np.concatenate([train_windows.tokens[:, 1:], train_windows.tokens[:, :1]], axis=1)
     unigram = int(np.bincount(next_tokens[train_windows.targets]).argmax())
+    return _Data(
+        dataset, observation_ser, layout, model, train_windows, held_windows, unigram, transform
+    )
+
+
+def train(config: WorldModelConfig) -> dict:
+    """Trains a world model; returns the final JSON line's fields."""
+    data = _prepare(config)
     run_dir = config.run_dir or rundir.default_run_dir(ALGO, config.env)
     _prepare_run_dir(run_dir)
     with rundir.RunLock(run_dir):
-        return _train_in(
-            config, run_dir, model, layout, observation_ser, dataset, train_windows,
-            held_windows, unigram, transform,
-        )  # fmt: skip
+        return _train_in(config, run_dir, data)
 
 
-def _train_in(
-    config, run_dir, model, layout, observation_ser, dataset, train_windows, held_windows, unigram,
-    transform,
-) -> dict:  # fmt: skip
-    record = _record(config, layout, dataset)
+def resume(run_dir: str, steps: int | None = None) -> dict:
+    """Continues a world-model run from its latest checkpoint to its ``steps`` (or to a new
+    budget ``steps``), on the same dataset; the result equals the uninterrupted run's."""
+    config = load_config(run_dir)
+    config = dataclasses.replace(
+        config, run_dir=run_dir, **({} if steps is None else {"steps": steps})
+    )
+    data = _prepare(config)
+    recorded = rundir.read_config(run_dir)
+    if recorded.get("dataset", {}).get("content_sha256") != content_hash(data.dataset):
+        raise ConfigError(
+            f"the dataset {config.dataset!r} changed since {run_dir!r} started on it; resume "
+            "it on the same data or start a new run"
+        )
+    with rundir.RunLock(run_dir):
+        step = checkpoints.latest_step(run_dir)
+        if step is None:
+            print(f"heron: {run_dir!r} stopped before its first checkpoint: starting it again")
+            rundir.truncate_metrics(run_dir, -1)
+            return _train_in(config, run_dir, data)
+        if step >= config.steps:
+            raise ConfigError(
+                f"{run_dir!r} has done its {config.steps} steps (checkpoint at {step}); pass "
+                "a larger --steps to continue it"
+            )
+        _check_unchanged_config(run_dir, step, _record(config, data.layout, data.dataset))
+        state, _ = checkpoints.restore(run_dir, _state_template(config, data.layout))
+        records = rundir.truncate_metrics(run_dir, step)
+        return _train_in(config, run_dir, data, (state, step, records))
+
+
+def _check_unchanged_config(run_dir: str, step: int, record: dict) -> None:
+    """As an agent's run: only the steps may change on resume."""
+    recorded = checkpoints.recorded_config(run_dir, step)
+    if recorded is None:
+        return
+    current = json.loads(json.dumps(record))
+    changes = [
+        change
+        for change in rundir.changed_fields(recorded, current)
+        if not change.startswith(("run.steps", f"{ALGO}.steps", f"{ALGO}.run_dir"))
+    ]
+    if changes:
+        raise ConfigError(
+            f"the config of {run_dir!r} differs from the one recorded with checkpoint {step} "
+            f"({'; '.join(changes)}); --resume continues a run as it was (only --steps may "
+            "change): restore config.json or start a new run"
+        )
+
+
+def _optimizer(config: WorldModelConfig):
+    return optax.chain(optax.clip_by_global_norm(1.0), optax.adam(config.learning_rate))
+
+
+def _state_template(config: WorldModelConfig, layout) -> WorldModelState:
+    model = WorldModel(config.vocab_size, layout, config.tokens)
+    params = model.init(
+        jax.random.PRNGKey(0),
+        jnp.zeros((1, layout.n_tokens), jnp.int32),
+        jnp.ones((1, layout.n_steps), bool),
+    )
+    return WorldModelState(params, _optimizer(config).init(params), jnp.zeros((), jnp.int32))
+
+
+def _train_in(config, run_dir, data: _Data, resumed=None) -> dict:
+    """Trains from the start, or from ``resumed`` = (state, step, metric records kept)."""
+    model, layout, observation_ser = data.model, data.layout, data.observation_ser
+    train_windows, held_windows, unigram, transform = (
+        data.train_windows, data.held_windows, data.unigram, data.transform,
+    )  # fmt: skip
+    record = _record(config, layout, data.dataset)
     if isinstance(transform, Standardise):
         record["observation_statistics"] = {
             "mean": transform.mean.tolist(),
             "std": transform.std.tolist(),
         }
     rundir.write_config(run_dir, record)
-    optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(config.learning_rate))
+    optimizer = _optimizer(config)
     init_key, data_key = jax.random.split(jax.random.PRNGKey(config.seed))
-    params = model.init(init_key, train_windows.tokens[:1], train_windows.valid[:1])
-    state = WorldModelState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
+    if resumed is None:
+        params = model.init(init_key, train_windows.tokens[:1], train_windows.valid[:1])
+        state = WorldModelState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
+        done, best, wall_offset = 0, -math.inf, 0.0
+    else:
+        state, done, records = resumed
+        evals = [r["return_mean"] for r in records if r.get("kind") == "eval"]
+        best = max(evals, default=-math.inf)
+        wall_offset = max((r.get("wall_s") or 0.0 for r in records), default=0.0)
     data = jax.tree.map(jnp.asarray, train_windows)
     count = len(train_windows.tokens)
 
@@ -387,7 +478,7 @@ def _train_in(
     saver = (
         checkpoints.Checkpointer(run_dir, config.keep_checkpoints) if config.checkpoints else None
     )
-    start, done, best, last = time.monotonic(), 0, -math.inf, {}
+    start, last = time.monotonic() - wall_offset, {}
     try:
         while done < config.steps:
             n = min(config.eval_every_n, config.steps - done)
@@ -451,16 +542,8 @@ def load_parameters(run_dir: str):
     "next_token": ..., "reward_head": ...}}``)."""
     config = load_config(run_dir)
     layout = serialization.TokenLayout(**rundir.read_config(run_dir)["layout"])
-    model = WorldModel(config.vocab_size, layout, config.tokens)
-    template = model.init(
-        jax.random.PRNGKey(0),
-        jnp.zeros((1, layout.n_tokens), jnp.int32),
-        jnp.ones((1, layout.n_steps), bool),
-    )
-    optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(config.learning_rate))
-    template = WorldModelState(template, optimizer.init(template), jnp.zeros((), jnp.int32))
-    state, _ = checkpoints.restore(run_dir, template)
+    state, _ = checkpoints.restore(run_dir, _state_template(config, layout))
     return state.params
 
 
-__all__ = ["WorldModel", "WorldModelConfig", "evaluate", "load_parameters", "train"]
+__all__ = ["WorldModel", "WorldModelConfig", "evaluate", "load_parameters", "resume", "train"]

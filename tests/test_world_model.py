@@ -112,6 +112,26 @@ def test_token_ppo_trains_from_a_world_model_on_the_command_line(model_run, tmp_
     assert all(path.startswith("params/params/body/") for path in recorded["copied_paths"])
 
 
+def test_a_resumed_world_model_run_equals_the_uninterrupted_one(dataset, tmp_path, capsys):
+    def train(run_dir, steps):
+        argv = ["world-model", "--dataset", str(dataset), "--run-dir", str(tmp_path / run_dir)]
+        argv += ["--steps", str(steps), "--eval-every-n", "100", "--save-every-n", "200"]
+        return cmd_train([*argv, *TINY_FLAGS])
+
+    def lines(run_dir):
+        records = (tmp_path / run_dir / "metrics.jsonl").read_text().splitlines()
+        return [{k: v for k, v in json.loads(r).items() if k != "wall_s"} for r in records]
+
+    straight = train("straight", 400)
+    assert train("short", 200)["steps"] == 200
+    resumed = cmd_train(["--resume", str(tmp_path / "short"), "--steps", "400"])
+    assert resumed["steps"] == 400 and resumed["params_digest"] == straight["params_digest"]
+    assert resumed["best_eval_accuracy"] == straight["best_eval_accuracy"]
+    assert lines("short") == lines("straight")
+    assert main(["train", "--resume", str(tmp_path / "short")]) == 2
+    assert "has done its 400 steps" in capsys.readouterr().err
+
+
 def test_a_world_model_run_has_no_policy_to_evaluate(model_run, capsys):
     run_dir, _ = model_run
     assert main(["eval", str(run_dir)]) == 2
