@@ -15,11 +15,13 @@ import time
 
 import jax
 import numpy as np
+import psutil
 import pytest
 import ray_envs
 from contract_cases import CASES
 
 from heron import api, cli
+from heron.distributed import cluster as ray_cluster
 from heron.run_config import DistConfig, RunConfig
 from heron.training import checkpoints
 
@@ -39,7 +41,7 @@ def cluster(tmp_path_factory):
 
     faults = tmp_path_factory.mktemp("faults")
     os.environ[ray_envs.FAULTS] = str(faults)  # the actor processes inherit it
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    ray_cluster.loopback_only()
     ray.init(
         num_cpus=4,
         object_store_memory=200 * 1024**2,
@@ -88,6 +90,60 @@ def baseline(cluster, tmp_path_factory):
     """The synchronous 2-actor run every exactness test compares with."""
     run_dir = tmp_path_factory.mktemp("baseline") / "run"
     return _train(_run(cluster[0]), run_dir), run_dir
+
+
+def _listening_addresses(pids) -> set[str]:
+    addresses = set()
+    for pid in pids:
+        try:
+            connections = psutil.Process(pid).net_connections(kind="inet")
+        except psutil.NoSuchProcess:
+            continue
+        addresses |= {c.laddr.ip for c in connections if c.status == psutil.CONN_LISTEN}
+    return addresses
+
+
+LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
+
+
+def test_the_ray_instance_listens_on_loopback_only(cluster, baseline):
+    """Every server of the module's Ray instance (GCS, raylet, workers and the actors of the
+    baseline run, this process's driver) listens on 127.0.0.1, none on another address."""
+    this = psutil.Process()
+    pids = [this.pid, *(child.pid for child in this.children(recursive=True))]
+    addresses = _listening_addresses(pids)
+    assert addresses and addresses <= LOOPBACK, addresses
+
+
+_LOCAL_INSTANCE = """
+import json
+import psutil
+import ray  # imported before heron connects, as in a notebook
+from heron.distributed import cluster
+assert cluster.connect(None, 1)
+ray.get(ray.remote(lambda: 0).remote())  # a worker started
+this = psutil.Process()
+listening = set()
+for process in [this, *this.children(recursive=True)]:
+    try:
+        connections = process.net_connections(kind="inet")
+    except psutil.NoSuchProcess:
+        continue
+    listening |= {c.laddr.ip for c in connections if c.status == psutil.CONN_LISTEN}
+print(json.dumps(sorted(listening)))
+cluster.disconnect()
+"""
+
+
+def test_the_local_instance_heron_starts_listens_on_loopback_only(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+    completed = subprocess.run(
+        [sys.executable, "-c", _LOCAL_INSTANCE],
+        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    addresses = set(json.loads(completed.stdout.strip().splitlines()[-1]))
+    assert addresses and addresses <= LOOPBACK, addresses
 
 
 def test_a_synchronous_run_repeats_exactly(cluster, baseline, tmp_path):

@@ -80,10 +80,26 @@ def _quiet_start():
         ray_log.setLevel(level)
 
 
+_LOOPBACK_SETTING = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def loopback_only() -> None:
+    """Makes the next local Ray instance bind every server (GCS, raylet, workers, agents)
+    to 127.0.0.1 only. Ray binds to loopback when it takes the node's address to be
+    127.0.0.1, and it reads that choice from ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` once, at
+    import: so the variable is set for the processes Ray starts, and the constant for this
+    process, which may have imported Ray before (a user's notebook, a test session); both
+    stay set for the rest of the process."""
+    os.environ[_LOOPBACK_SETTING] = "0"
+    from ray._private import ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False
+
+
 def _connect(ray, address: str | None, cpus: int) -> bool:
     quiet = dict(log_to_driver=False, logging_level=logging.WARNING)
     if address is None:
-        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # workers on 127.0.0.1 too
+        loopback_only()
         ray.init(
             num_cpus=max(os.cpu_count() or 1, cpus),
             object_store_memory=LOCAL_OBJECT_STORE_BYTES,
