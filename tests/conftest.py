@@ -23,6 +23,31 @@ from heron.cli import configure_compile_cache
 
 configure_compile_cache()  # as the CLI does: repeated programs compile once
 
+# Modules whose module-scoped fixtures are expensive (a Ray instance and its baseline run,
+# the two-device subprocess, the world-model runs), each kept on one pytest-xdist worker so
+# that those fixtures run once. pytest-xdist's own xdist_group marks cannot do it under
+# pytest 9: xdist 3.8 tags a test by rewriting ``item._nodeid``, which pytest 9 no longer
+# reads, so every test of such a module went to whichever worker was free, and each worker
+# built the fixtures again (two Ray instances on 2 cores).
+ONE_WORKER_MODULES = ("test_distributed.py", "test_parallel.py", "test_world_model.py")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` (``make test``): the modules above each as one unit of work,
+    every other test on its own."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModulesOnOneWorker(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module.rsplit("/", 1)[-1] in ONE_WORKER_MODULES else nodeid
+
+    return ModulesOnOneWorker(config, log)
+
+
 TIME_LIMIT = 3
 
 

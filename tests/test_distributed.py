@@ -25,7 +25,7 @@ from heron.distributed import cluster as ray_cluster
 from heron.run_config import DistConfig, RunConfig
 from heron.training import checkpoints
 
-pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
+pytestmark = pytest.mark.ray  # one xdist worker runs this module (tests/conftest.py)
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 PPO = CASES["ppo"].config

@@ -18,10 +18,6 @@ from heron.training import RunConfig
 
 TOLERANCE = 1e-6  # float32 sums in a different order
 
-# One worker runs this module: its fixture (a subprocess compiling five agents twice) is
-# module-scoped, and pytest-xdist would run it again on every worker given one of its tests.
-pytestmark = pytest.mark.xdist_group("two_devices")
-
 
 @pytest.fixture(scope="module")
 def two_device_results(tmp_path_factory):

@@ -13,10 +13,6 @@ from heron.agents import PPOConfig
 from heron.cli import cmd_train, main
 from heron.networks.tokens import TokenConfig
 
-# One worker runs this module, so that its module-scoped fixtures (a policy, a dataset and
-# a world model trained) run once.
-pytestmark = pytest.mark.xdist_group("world_model")
-
 TINY = TokenConfig(width=16, depth=1, heads=2, history=2)
 TINY_FLAGS = [
     "--vocab-size", "16",
