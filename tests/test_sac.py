@@ -296,8 +296,10 @@ def test_recurrent_act_carries_both_networks_and_trains_from_the_rollout_state()
     timestep = TimeStep(
         jnp.full(BATCH, StepType.MID), jnp.zeros(BATCH), jnp.ones(BATCH), jnp.ones((BATCH, 3))
     )
-    _, new_carry, extras = agent.act(state, timestep, carry, jax.random.PRNGKey(1))
-    assert extras[ROLLOUT_STATE] is carry
+    given = jax.tree.map(lambda x: x + 0.25, carry)  # a state to tell from zeros
+    _, new_carry, extras = agent.act(state, timestep, given, jax.random.PRNGKey(1))
+    assert jax.tree.structure(extras[ROLLOUT_STATE]) == jax.tree.structure(given)
+    jax.tree.map(np.testing.assert_array_equal, extras[ROLLOUT_STATE], given)
     for name in carry:
         assert not np.allclose(new_carry[name][0], 0.0), name
     # Training starts from the recorded state of step 0 (not from zeros).
