@@ -23,7 +23,6 @@ next-token accuracy, so ``heron plot`` draws it), checkpoints/, tb/.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import time
@@ -392,29 +391,13 @@ def resume(run_dir: str, steps: int | None = None) -> dict:
                 f"{run_dir!r} has done its {config.steps} steps (checkpoint at {step}); pass "
                 "a larger --steps to continue it"
             )
-        _check_unchanged_config(run_dir, step, _record(config, data.layout, data.dataset))
+        record = _record(config, data.layout, data.dataset)
+        checkpoints.check_unchanged_config(
+            run_dir, step, record, ("run.steps", f"{ALGO}.steps", f"{ALGO}.run_dir")
+        )
         state, _ = checkpoints.restore(run_dir, _state_template(config, data.layout))
         records = rundir.truncate_metrics(run_dir, step)
         return _train_in(config, run_dir, data, (state, step, records))
-
-
-def _check_unchanged_config(run_dir: str, step: int, record: dict) -> None:
-    """As an agent's run: only the steps may change on resume."""
-    recorded = checkpoints.recorded_config(run_dir, step)
-    if recorded is None:
-        return
-    current = json.loads(json.dumps(record))
-    changes = [
-        change
-        for change in rundir.changed_fields(recorded, current)
-        if not change.startswith(("run.steps", f"{ALGO}.steps", f"{ALGO}.run_dir"))
-    ]
-    if changes:
-        raise ConfigError(
-            f"the config of {run_dir!r} differs from the one recorded with checkpoint {step} "
-            f"({'; '.join(changes)}); --resume continues a run as it was (only --steps may "
-            "change): restore config.json or start a new run"
-        )
 
 
 def _optimizer(config: WorldModelConfig):

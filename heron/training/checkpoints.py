@@ -21,6 +21,9 @@ import sys
 import jax
 import orbax.checkpoint as ocp
 
+from heron.configs import ConfigError
+from heron.training import rundir
+
 DIGEST_FILE = "heron_sha256.json"
 CONFIG_FILE = "heron_config.json"  # the run's config.json as it was when the step was saved
 LATEST = "checkpoints"  # the last few checkpoints
@@ -285,6 +288,28 @@ def _drop_closed_loop_reports() -> None:
 
 def _warn(message: str) -> None:
     print(f"heron: warning: {message}", file=sys.stderr, flush=True)
+
+
+def check_unchanged_config(
+    run_dir: str, step: int, record: dict, resumable: tuple[str, ...]
+) -> None:
+    """The config ``record`` of a resumed run may differ from the one saved with checkpoint
+    ``step`` only in the fields named by ``resumable`` (prefixes of dotted names)."""
+    recorded = recorded_config(run_dir, step)
+    if recorded is None:
+        return
+    current = json.loads(json.dumps(record))  # tuples as JSON lists, like the record
+    changes = [
+        change
+        for change in rundir.changed_fields(recorded, current)
+        if not change.startswith(resumable)
+    ]
+    if changes:
+        raise ConfigError(
+            f"the config of {run_dir!r} differs from the one recorded with checkpoint {step} "
+            f"({'; '.join(changes)}); --resume continues a run as it was (only --steps may "
+            "change): restore config.json or start a new run"
+        )
 
 
 def recorded_config(run_dir: str, step: int, kind: str = LATEST) -> dict | None:

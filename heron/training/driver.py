@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import os
 import signal
@@ -528,29 +527,9 @@ def continue_run(setup: Setup, run_dir: str, rewrite_config: bool = False) -> di
         return _continue(setup, run_dir, rewrite_config)
 
 
-def _check_unchanged_config(setup: Setup, run_dir: str, step: int) -> None:
-    """config.json may differ from the config recorded with the checkpoint only where
-    ``--resume`` is documented to change it."""
-    recorded = checkpoints.recorded_config(run_dir, step)
-    if recorded is None:
-        return
-    current = json.loads(json.dumps(setup.record))  # tuples as JSON lists, like the record
-    changes = [
-        change
-        for change in rundir.changed_fields(recorded, current)
-        if not change.startswith(RESUMABLE_CHANGES)
-    ]
-    if changes:
-        raise ConfigError(
-            f"the config of {run_dir!r} differs from the one recorded with checkpoint {step} "
-            f"({'; '.join(changes)}); --resume continues a run as it was (only --steps may "
-            "change): restore config.json or start a new run"
-        )
-
-
 def _continue(setup: Setup, run_dir: str, rewrite_config: bool) -> dict:
     program, state, iteration = restore(setup, run_dir)
-    _check_unchanged_config(setup, run_dir, iteration)
+    checkpoints.check_unchanged_config(run_dir, iteration, setup.record, RESUMABLE_CHANGES)
     if iteration > setup.iterations:
         raise ConfigError(
             f"{run_dir!r} is already past {setup.run.steps} steps (checkpoint at iteration "
