@@ -78,6 +78,6 @@ def test_ppo_presets_learn(env, threshold, tmp_path):
 @pytest.mark.slow
 def test_crr_learns_pendulum_from_its_preset(tmp_path):
     """CRR online on gymnax Pendulum-v1 with the preset: greedy >= -200 within 20k steps
-    (the preset reached it at 3k on seeds 0-2 and ended at -149 +- 4)."""
+    (the preset reached it at 6-8k on seeds 0-2 and ended at -136 +- 16)."""
     summary, _ = _train_preset("crr", "gymnax:Pendulum-v1", tmp_path, -200.0)
     assert summary["best_eval_return"] >= -200, _greedy_evals(tmp_path / "run")
