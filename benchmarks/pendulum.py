@@ -320,9 +320,9 @@ def heron_argv(run: Run, args, run_dir: Path) -> list[str]:
     if run.algo == "svg0":
         agent_flags += [*SVG0_FLAGS, "--svg0.prior", str(run.prior)]
     agent_flags += run.flags
-    return [
-        str(args.heron), "train", run.algo, "--env", run.env, "--steps", str(run.steps),
-        "--seed", str(args.seed), "--run-dir", str(run_dir),
+    return [  # heron's defaults, not the Pendulum preset, plus the run's flags
+        str(args.heron), "train", run.algo, "--env", run.env, "--preset", "none",
+        "--steps", str(run.steps), "--seed", str(args.seed), "--run-dir", str(run_dir),
         "--reward-scale", str(REWARD_SCALE), "--eval-every-n", str(eval_every_n),
         "--n-evals", str(EVAL_EPISODES), "--eval-temperatures", "0", *agent_flags,
     ]  # fmt: skip
