@@ -38,6 +38,8 @@ def test_train_eval_and_metrics_through_the_real_entry_point(tmp_path):
     assert len(summary["params_digest"]) == 64
     config = json.loads((run_dir / "config.json").read_text())
     assert config["ppo"]["discount"] == 0.98 and config["run"]["num_envs"] == 4
+    # the default env's preset, with the options given on top
+    assert summary["preset"] == config["run"]["preset"] == "ppo/gymnax:CartPole-v1"
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert {line["kind"] for line in lines} == {"train", "eval"}
 

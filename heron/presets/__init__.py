@@ -127,6 +127,6 @@ def preset(algo: str, env_id: str, choice: str = AUTO, dataset: str | None = Non
 
 
 def listing() -> dict[str, list[str]]:
-    """Every agent's preset keys (for `heron presets`)."""
+    """Every agent's preset keys, by agent."""
     names = [f[:-5] for f in sorted(os.listdir(FOLDER)) if f.endswith(".toml")]
     return {algo: sorted(table(algo)) for algo in names}
