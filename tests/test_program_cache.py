@@ -288,3 +288,31 @@ def test_the_command_line_keeps_programs_in_its_compile_cache(monkeypatch, tmp_p
     assert cli.program_cache_dir(cli.compile_cache_dir()) == str(tmp_path / "jax/heron-programs")
     monkeypatch.setenv("HERON_COMPILE_CACHE", "off")
     assert cli.program_cache_dir(cli.compile_cache_dir()) is None
+
+
+@pytest.mark.parametrize(
+    "run",
+    [tiny_run(init_from="runs/another"), tiny_run(env="gym:CartPole-v1")],
+    ids=["init_from", "gymnasium"],
+)
+def test_parameters_of_another_run_and_host_environments_are_not_cached(run):
+    from heron import api, envs
+
+    assert api._cacheable(tiny_run(), envs.make("gymnax:CartPole-v1"))
+    assert not api._cacheable(run, envs.make(run.env))
+
+
+def test_heron_files_changed_while_it_runs_and_records_json_cannot_hold_are_not_cached(
+    monkeypatch,
+):
+    import heron
+
+    record = {"algo": "ppo", "run": {"steps": 1}}
+    assert program_cache.program_key(record) is not None
+    assert program_cache.program_key({**record, "ppo": {"schedule": object()}}) is None
+    program_cache.heron_source_digest.cache_clear()
+    monkeypatch.setattr(heron, "IMPORTED_AT", 0.0)  # as if every file changed since
+    try:
+        assert program_cache.program_key(record) is None
+    finally:
+        program_cache.heron_source_digest.cache_clear()

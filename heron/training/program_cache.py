@@ -17,7 +17,7 @@ heron, one device, no actors, datasets, user modules or parameters of another ru
 An entry that is missing, unreadable, corrupt, of another format, or that does not fit the
 arguments is ignored: the function is traced as usual and its entry written again. Entries
 are written to a temporary file and renamed, so a reader never sees half of one. They are
-pickled: the cache directory is trusted as the JAX cache beside it is.
+pickled: their directory is trusted as JAX's cache, whose executables it sits among, is.
 """
 
 from __future__ import annotations
@@ -82,10 +82,13 @@ DONATED = ("iteration",)  # functions whose state argument is donated, as in mak
 
 
 @functools.cache
-def heron_source_digest() -> str:
-    """sha256 over heron's package files (paths and contents)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    digest = hashlib.sha256()
+def heron_source_digest() -> str | None:
+    """sha256 over heron's package files (paths and contents); None where one changed after
+    heron was imported, as then the code running may not be what the files hold."""
+    import heron
+
+    root = os.path.dirname(os.path.abspath(heron.__file__))
+    digest, newest = hashlib.sha256(), 0.0
     for folder, subfolders, files in os.walk(root):
         subfolders[:] = sorted(d for d in subfolders if d != "__pycache__")
         for name in sorted(files):
@@ -94,7 +97,9 @@ def heron_source_digest() -> str:
                 digest.update(os.path.relpath(path, root).encode() + b"\0")
                 with open(path, "rb") as f:
                     digest.update(hashlib.sha256(f.read()).digest())
-    return digest.hexdigest()
+                    newest = max(newest, os.fstat(f.fileno()).st_mtime)
+    # A second of slack for file systems whose times are coarser than the clock's.
+    return digest.hexdigest() if newest < heron.IMPORTED_AT - 1.0 else None
 
 
 def library_versions() -> dict[str, str | None]:
@@ -124,13 +129,17 @@ def programs_record(record: dict) -> dict:
 
 def program_key(record: dict) -> str | None:
     """The key of the programs a setup with config record ``record`` makes in this process;
-    None where the record is not plain JSON (its values would not be captured)."""
+    None where the record is not plain JSON (its values would not be captured) or heron's
+    files changed while it ran."""
+    source = heron_source_digest()
+    if source is None:
+        return None
     try:
         description = json.dumps(
             {
                 "format": FORMAT,
                 "record": programs_record(record),
-                "heron_source": heron_source_digest(),
+                "heron_source": source,
                 "libraries": library_versions(),
                 "python": [sys.version, platform.machine()],
                 "devices": device_description(),
