@@ -74,10 +74,11 @@ def build(
     """Validates and builds a run: source, agent, replay, evaluation. Writes nothing.
     ``controller``: any callable ``history -> {hyperparameter: multiplier}`` called at each
     evaluation (see heron/training/controllers.py; ``run.controller`` names a built-in).
-    ``program_cache``: a directory where the run's compiled programs are kept for later
-    runs of the same configuration (heron/training/program_cache.py), for runs made only of
-    heron's code and its libraries' (a JAX environment of gymnax or heron, one device, no
-    actors, dataset, env module or --init-from); the CLI keeps it in its compile cache."""
+    ``program_cache``: a directory where the run's programs are exported for later runs of
+    the same configuration, which load them instead of tracing them
+    (heron/training/program_cache.py); only runs made of heron's and its libraries' code
+    use it (a JAX environment of gymnax or heron, one device, no actors, dataset, env
+    module or init_from). The CLI keeps it in its compilation cache."""
     config_type = agents.config_class(algo)  # an unknown algorithm: a clear error first
     agent_config = config_type() if agent_config is None else agent_config
     run = RunConfig() if run is None else run

@@ -108,9 +108,9 @@ def make_setup(
     """A setup whose config.json records the run, the agent's config and ``extra_record``;
     traces one iteration abstractly, so an agent that cannot learn from the source (e.g.
     SVG0 from data without behaviour log-probabilities) is refused before anything is
-    written. With ``program_cache_dir`` (only for programs made of heron's and its
-    libraries' code: see program_cache.py) its programs are loaded from there when they
-    were exported before, and exported there otherwise; loaded ones need no tracing."""
+    written. With ``program_cache_dir`` (for programs made only of heron's and its
+    libraries' code: see program_cache.py) its programs are exported there, or loaded from
+    there when they were before: those were traced, so checked, then, and are not again."""
     from heron import __version__
 
     record = {
