@@ -8,8 +8,10 @@ Submodules load on first use, so light commands (``heron plot``) do not import J
 """
 
 import importlib
+import time
 
 __version__ = "0.1.0"
+IMPORTED_AT = time.time()  # heron's code running is its files as they were before this
 
 _SUBMODULES = (
     "agents",

@@ -64,10 +64,21 @@ def _evaluation(agent: Agent, run: RunConfig, pipeline: ObservationPipeline):
     return make_evaluate(agent, eval_env, run.eval_temperatures, pipeline, SEED_AXIS)
 
 
-def build(algo: str, agent_config=None, run: RunConfig | None = None, controller=None) -> Setup:
+def build(
+    algo: str,
+    agent_config=None,
+    run: RunConfig | None = None,
+    controller=None,
+    program_cache: str | None = None,
+) -> Setup:
     """Validates and builds a run: source, agent, replay, evaluation. Writes nothing.
     ``controller``: any callable ``history -> {hyperparameter: multiplier}`` called at each
-    evaluation (see heron/training/controllers.py; ``run.controller`` names a built-in)."""
+    evaluation (see heron/training/controllers.py; ``run.controller`` names a built-in).
+    ``program_cache``: a directory where the run's programs are exported for later runs of
+    the same configuration, which load them instead of tracing them
+    (heron/training/program_cache.py); only runs made of heron's and its libraries' code
+    use it (a JAX environment of gymnax or heron, one device, no actors, dataset, env
+    module or init_from). The CLI keeps it in its compilation cache."""
     config_type = agents.config_class(algo)  # an unknown algorithm: a clear error first
     agent_config = config_type() if agent_config is None else agent_config
     run = RunConfig() if run is None else run
@@ -94,7 +105,30 @@ def build(algo: str, agent_config=None, run: RunConfig | None = None, controller
         replay = agent.make_replay(source.lanes, run.replay)
     evaluate = _evaluation(agent, run, pipeline)
     return driver.make_setup(
-        algo, agent_config, run, agent, replay, source, evaluate, record, controller
+        algo,
+        agent_config,
+        run,
+        agent,
+        replay,
+        source,
+        evaluate,
+        record,
+        controller,
+        program_cache if _cacheable(run, env) else None,
+    )
+
+
+def _cacheable(run: RunConfig, env) -> bool:
+    """Whether the run's programs are pure JAX computations of heron's and its pinned
+    libraries' code, which the program cache's key captures (a user's module, Gymnasium's
+    host callbacks, Ray actors, several devices or another run's parameters it cannot)."""
+    return (
+        env.is_jax
+        and envs.is_builtin(run.env)
+        and run.env_module is None
+        and not run.actors
+        and run.init_from is None
+        and jax.device_count() == 1
     )
 
 
@@ -273,17 +307,21 @@ def load_config(run_dir: str):
     return configs_from_record(record, os.path.join(run_dir, rundir.CONFIG))
 
 
-def resume(run_dir: str, steps: int | None = None, controller=None) -> dict:
+def resume(
+    run_dir: str, steps: int | None = None, controller=None, program_cache: str | None = None
+) -> dict:
     """Continues ``run_dir`` from its latest checkpoint to its configured ``steps`` (or to a
     new budget ``steps``). With JAX environments on CPU the result equals the uninterrupted
-    run's. A world-model run continues as ``heron.world_model.resume``."""
+    run's. A world-model run continues as ``heron.world_model.resume``. ``program_cache``:
+    as ``build``'s."""
     if rundir.read_config(run_dir).get("algo") == "world-model":
         from heron import world_model
 
         if controller is not None:
             raise ConfigError("a world-model run has no hyperparameters for a controller")
         return world_model.resume(run_dir, steps)
-    setup = _rebuild(run_dir, controller, **({} if steps is None else {"steps": steps}))
+    changes = {} if steps is None else {"steps": steps}
+    setup = _rebuild(run_dir, controller, program_cache, **changes)
     _check_same_dataset(run_dir, setup)
     if _on_gpu_learner(setup):
         from heron.distributed import learner
@@ -293,12 +331,12 @@ def resume(run_dir: str, steps: int | None = None, controller=None) -> dict:
         return driver.continue_run(setup, run_dir, rewrite_config=steps is not None)
 
 
-def _rebuild(run_dir: str, controller=None, **run_changes) -> Setup:
+def _rebuild(run_dir: str, controller=None, program_cache=None, **run_changes) -> Setup:
     """The setup of a recorded run whose checkpoint will be restored: the parameters it was
     initialised from are in that checkpoint, so the run they came from is not read again."""
     algo, agent_config, run = load_config(run_dir)
     run = dataclasses.replace(run, init_from=None, **run_changes)
-    setup = build(algo, agent_config, run, controller)
+    setup = build(algo, agent_config, run, controller, program_cache)
     recorded = rundir.read_config(run_dir)
     if "init_from" in recorded:
         setup.record["init_from"] = recorded["init_from"]

@@ -12,8 +12,9 @@ Exit status: 0 done; 2 bad input (an unknown option, value, environment, run dir
 dataset); 1 the command could not go on (a non-finite loss, an OS error such as a read-only
 directory or a full disk, an environment check that found problems); 130 interrupted. Errors
 print one line on stderr (``heron: error: ...``). JAX's persistent compilation cache lives in
-``$XDG_CACHE_HOME/heron/jax`` (default ~/.cache/heron/jax); ``HERON_COMPILE_CACHE=DIR`` moves
-it and ``HERON_COMPILE_CACHE=off`` disables it.
+``$XDG_CACHE_HOME/heron/jax`` (default ~/.cache/heron/jax), with the programs ``heron train``
+exported for later runs of the same configuration in its ``heron-programs`` folder;
+``HERON_COMPILE_CACHE=DIR`` moves both and ``HERON_COMPILE_CACHE=off`` disables both.
 """
 
 from __future__ import annotations
@@ -126,15 +127,29 @@ def _cli(config_type, argv: list[str], prog: str, **kwargs):
         raise UsageError(f"{_one_line(captured.getvalue())} (see `{prog} --help`)") from None
 
 
-def configure_compile_cache() -> str | None:
-    """Turns on JAX's persistent compilation cache unless HERON_COMPILE_CACHE=off."""
-    import jax
-
+def compile_cache_dir() -> str | None:
+    """The directory of JAX's persistent compilation cache; None with HERON_COMPILE_CACHE=off."""
     setting = os.environ.get("HERON_COMPILE_CACHE", "")
     if setting.lower() in ("0", "off", "false", "no", "none"):
         return None
     cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    path = setting or os.path.join(cache_home, "heron", "jax")
+    return setting or os.path.join(cache_home, "heron", "jax")
+
+
+def program_cache_dir(compile_cache: str | None) -> str | None:
+    """Where runs keep their exported programs (heron/training/program_cache.py): inside the
+    compilation cache that compiles them, so that a new, empty one starts both afresh."""
+    return None if compile_cache is None else os.path.join(compile_cache, "heron-programs")
+
+
+def configure_compile_cache() -> str | None:
+    """Turns on JAX's persistent compilation cache unless HERON_COMPILE_CACHE=off; returns
+    its directory."""
+    import jax
+
+    path = compile_cache_dir()
+    if path is None:
+        return None
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
@@ -334,16 +349,16 @@ def cmd_train(argv: list[str]) -> dict:
         if args.steps is not None and args.steps <= 0:
             raise UsageError(f"--steps must be > 0, got {args.steps}")
         _import_env_module_of(args.resume)
-        configure_compile_cache()
+        programs = program_cache_dir(configure_compile_cache())
         from heron import api
 
-        return api.resume(args.resume, args.steps)
+        return api.resume(args.resume, args.steps, program_cache=programs)
     algo, agent_config, run = _parse_train(argv)
     _envs().import_env_module(run.env_module)
-    configure_compile_cache()
+    programs = program_cache_dir(configure_compile_cache())
     from heron import api
 
-    return api.train(api.build(algo, agent_config, run))
+    return api.train(api.build(algo, agent_config, run, program_cache=programs))
 
 
 @dataclasses.dataclass(frozen=True)

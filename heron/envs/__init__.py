@@ -381,8 +381,23 @@ def _masked_cartpole():
     return masked_cartpole()
 
 
+_BUILTIN_ENVS = {"CartPole-masked-v1": _masked_cartpole}
+
+
 def _register_builtin() -> None:
-    register("CartPole-masked-v1", _masked_cartpole)
+    for env_id, factory in _BUILTIN_ENVS.items():
+        register(env_id, factory)
+
+
+def is_builtin(env_id: str) -> bool:
+    """Whether ``env_id`` is made by gymnax's or heron's own code (not by a user's module,
+    nor by a factory registered under one of heron's ids), so it is as pinned as they are."""
+    source, _, name = env_id.partition(":")
+    if source == "gymnax":
+        return True
+    return (
+        source == "heron" and name in _BUILTIN_ENVS and _HERON_ENVS.get(name) is _BUILTIN_ENVS[name]
+    )
 
 
 _register_builtin()
@@ -398,6 +413,7 @@ __all__ = [
     "UnknownEnvError",
     "check",
     "import_env_module",
+    "is_builtin",
     "make",
     "make_one",
     "parse_env_id",

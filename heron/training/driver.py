@@ -29,7 +29,7 @@ import numpy as np
 from heron.agents.base import Agent
 from heron.configs import ConfigError
 from heron.run_config import RunConfig
-from heron.training import checkpoints, controllers, rundir
+from heron.training import checkpoints, controllers, program_cache, rundir
 from heron.training.logging import RunLogger
 from heron.training.program import NON_FINITE, Program, TrainState, make_program
 from heron.training.sources import Source
@@ -65,6 +65,7 @@ class Setup:
     evaluate: Any  # (agent_state, observations, key) -> returns [n_temperatures, n]
     record: dict  # config.json's entries
     controller: Any = None  # history -> {hyperparameter: multiplier}, at each evaluation
+    programs: program_cache.Store | None = None  # where its exported programs are kept
     compiled: Program | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
@@ -87,17 +88,29 @@ class Setup:
         """The compiled program, made once: its functions keep their traces, so the
         validation in ``make_setup`` and the run share them."""
         if self.compiled is None:
-            self.compiled = make_program(self.agent, self.replay, self.source, self.evaluate)
+            program = make_program(self.agent, self.replay, self.source, self.evaluate)
+            self.compiled = program_cache.cached(program, self.programs)
         return self.compiled
 
 
 def make_setup(
-    algo, agent_config, run, agent, replay, source, evaluate, extra_record=None, controller=None
+    algo,
+    agent_config,
+    run,
+    agent,
+    replay,
+    source,
+    evaluate,
+    extra_record=None,
+    controller=None,
+    program_cache_dir=None,
 ) -> Setup:
     """A setup whose config.json records the run, the agent's config and ``extra_record``;
     traces one iteration abstractly, so an agent that cannot learn from the source (e.g.
     SVG0 from data without behaviour log-probabilities) is refused before anything is
-    written."""
+    written. With ``program_cache_dir`` (for programs made only of heron's and its
+    libraries' code: see program_cache.py) its programs are exported there, or loaded from
+    there when they were before: those were traced, so checked, then, and are not again."""
     from heron import __version__
 
     record = {
@@ -109,10 +122,15 @@ def make_setup(
     }
     if controller is None and run.controller is not None:
         controller = controllers.parse_controller(run.controller)
-    setup = Setup(algo, agent_config, run, agent, replay, source, evaluate, record, controller)
+    programs = program_cache.open_store(program_cache_dir, record)
+    setup = Setup(
+        algo, agent_config, run, agent, replay, source, evaluate, record, controller, programs
+    )
     program = setup.program()
-    state = jax.eval_shape(program.init, seed_keys(setup.seeds))
-    jax.eval_shape(program.iteration, state)
+    keys = seed_keys(setup.seeds)
+    if not program_cache.start_run(program, keys):
+        state = jax.eval_shape(program.init, keys)
+        jax.eval_shape(program.iteration, state)
     return setup
 
 
