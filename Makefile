@@ -17,10 +17,10 @@ train: $(STAMP)
 	$(VENV)/bin/heron train ppo
 
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup -q
+	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup -q --durations=25
 
 test-fast: $(STAMP)
-	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup -q -m "not slow"
+	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup -q --durations=25 -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check heron tests benchmarks

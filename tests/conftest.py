@@ -8,6 +8,10 @@ a test can tell which one a learner bootstraps from.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+import tempfile
 from typing import Any
 
 import gymnasium
@@ -21,7 +25,79 @@ from gymnax.environments import environment, spaces
 from heron import envs
 from heron.cli import configure_compile_cache
 
-configure_compile_cache()  # as the CLI does: repeated programs compile once
+# The persistent compilation cache of this test run: one directory the run creates, shared
+# by its xdist workers and by the processes its tests start (they inherit the variable),
+# removed at the end. Never the developer's own cache: a warm one would hide what a fresh
+# clone pays. HERON_COMPILE_CACHE set beforehand (a directory, or off) is kept.
+RUN_CACHE = "HERON_TEST_RUN_CACHE"
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput") and "HERON_COMPILE_CACHE" not in os.environ:
+        path = tempfile.mkdtemp(prefix="heron-test-cache-")
+        os.environ["HERON_COMPILE_CACHE"] = os.environ[RUN_CACHE] = path
+    configure_compile_cache()  # as the CLI does: repeated programs compile once
+    _fast_compile(True)
+    import compile_stats
+
+    config.pluginmanager.register(compile_stats, "heron_compile_stats")
+
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput") and RUN_CACHE in os.environ:
+        shutil.rmtree(os.environ.pop(RUN_CACHE), ignore_errors=True)
+        del os.environ["HERON_COMPILE_CACHE"]
+
+
+# Unit tests compile with most of XLA's optimisations off (JAX's
+# ``jax_disable_most_optimizations``: LLVM at -O0, no expensive passes), which halves the
+# time XLA takes for the small programs they check, the values being the same to float
+# rounding. Learning tests (marked slow) and exactness tests (marked user_compile: resume,
+# several seeds, Ray determinism, multi-device equality) compile with the settings users
+# get. The processes a test starts (CLI runs, Ray actors) inherit its setting.
+# HERON_TEST_COMPILE=full compiles every test as users' runs are.
+FAST_COMPILE = "JAX_DISABLE_MOST_OPTIMIZATIONS"
+ALL_FULL = os.environ.get("HERON_TEST_COMPILE") == "full"
+
+
+def _fast_compile(on: bool) -> None:
+    on = on and not ALL_FULL
+    if on:
+        os.environ[FAST_COMPILE] = "1"
+    else:
+        os.environ.pop(FAST_COMPILE, None)
+    jax.config.update("jax_disable_most_optimizations", on)
+
+
+def compiled_as_users(node) -> bool:
+    return any(node.get_closest_marker(name) for name in ("slow", "user_compile"))
+
+
+@contextlib.contextmanager
+def _compile_settings(node):
+    if not compiled_as_users(node):
+        yield
+        return
+    before = jax.config.read("jax_disable_most_optimizations")
+    _fast_compile(False)
+    try:
+        yield
+    finally:
+        _fast_compile(before)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_compile_settings(request):
+    """Module fixtures (a Ray instance, a baseline run) compile as their module's tests."""
+    with _compile_settings(request.node):
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _test_compile_settings(request):
+    with _compile_settings(request.node):
+        yield
+
 
 # Modules whose module-scoped fixtures are expensive (a Ray instance and its baseline run,
 # the two-device subprocess, the world-model runs), each kept on one pytest-xdist worker so
