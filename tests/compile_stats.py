@@ -10,6 +10,7 @@ the controller adds them up per module and prints the costliest ones.
 from __future__ import annotations
 
 import collections
+import os
 import threading
 
 import pytest
@@ -21,23 +22,34 @@ BACKEND = "/jax/core/compile/backend_compile_duration"  # XLA, or a persistent-c
 CACHE_HIT = "/jax/compilation_cache/cache_hits"
 FIELDS = ("traces", "trace_s", "lowerings", "lower_s", "backend", "backend_s", "cache_hits")
 
+# HERON_TEST_COMPILE_LOG=FILE: one line per program XLA compiled or read from the cache
+# (test, function, seconds, whether it was a cache hit), for finding what a test compiles.
+LOG = os.environ.get("HERON_TEST_COMPILE_LOG")
+
 _lock = threading.Lock()
 _totals = dict.fromkeys(FIELDS, 0.0)
+_current = {"test": "(collection)", "hit": False}
 
 
-def _on_duration(event: str, seconds: float, **_) -> None:
+def _on_duration(event: str, seconds: float, fun_name: str = "?", **_) -> None:
     names = {TRACE: ("traces", "trace_s"), LOWER: ("lowerings", "lower_s"),
              BACKEND: ("backend", "backend_s")}.get(event)  # fmt: skip
-    if names is not None:
-        with _lock:
-            _totals[names[0]] += 1
-            _totals[names[1]] += seconds
+    if names is None:
+        return
+    with _lock:
+        _totals[names[0]] += 1
+        _totals[names[1]] += seconds
+        hit, _current["hit"] = _current["hit"], False
+    if LOG and event == BACKEND:
+        with open(LOG, "a") as f:
+            f.write(f"{seconds:8.3f} {'hit ' if hit else 'xla '} {fun_name} {_current['test']}\n")
 
 
 def _on_event(event: str, **_) -> None:
     if event == CACHE_HIT:
         with _lock:
             _totals["cache_hits"] += 1
+            _current["hit"] = True
 
 
 monitoring.register_event_duration_secs_listener(_on_duration)
@@ -55,6 +67,7 @@ _STARTED = pytest.StashKey[dict]()
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     item.stash[_STARTED] = _snapshot()
+    _current["test"] = item.nodeid
     yield
 
 

@@ -23,7 +23,7 @@ from flax import struct
 from gymnax.environments import environment, spaces
 
 from heron import envs
-from heron.cli import configure_compile_cache
+from heron.cli import compile_cache_dir, configure_compile_cache, program_cache_dir
 
 # The persistent compilation cache of this test run: one directory the run creates, shared
 # by its xdist workers and by the processes its tests start (they inherit the variable),
@@ -41,6 +41,36 @@ def pytest_configure(config):
     import compile_stats
 
     config.pluginmanager.register(compile_stats, "heron_compile_stats")
+
+
+def program_store() -> str | None:
+    """Where this test run keeps heron's exported programs (beside its compilation cache, as
+    `heron train` does): a build given it loads the programs an identical configuration
+    exported before instead of tracing them again."""
+    return program_cache_dir(compile_cache_dir())
+
+
+class Killed(Exception):
+    """Stands for a process killed right after it saved a checkpoint."""
+
+
+def train_until_checkpoint(monkeypatch, setup, run_dir, kill_at: int) -> None:
+    """Trains ``setup`` in ``run_dir`` until checkpoint ``kill_at`` (of the latest ones, not
+    the best evaluation's) is written, and stops there as a killed run would."""
+    from heron.api import train
+    from heron.training import checkpoints
+
+    original = checkpoints.Checkpointer.save
+
+    def save_then_die(self, step, state, record=None):
+        original(self, step, state, record)
+        if step == kill_at and self._kind == checkpoints.LATEST:
+            raise Killed
+
+    monkeypatch.setattr(checkpoints.Checkpointer, "save", save_then_die)
+    with pytest.raises(Killed):
+        train(setup, str(run_dir))
+    monkeypatch.setattr(checkpoints.Checkpointer, "save", original)
 
 
 def pytest_unconfigure(config):

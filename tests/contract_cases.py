@@ -98,3 +98,10 @@ CASES = {
         serves=("discrete",),
     ),
 }
+
+
+# CRR's short run with two seeds that tests/two_devices.py trains with the learner split over
+# two devices and tests/test_parallel.py on one.
+TWO_DEVICE_TRAINING = dict(
+    num_envs=4, n_evals=2, eval_temperatures=(0.0,), steps=1024, seeds=2, eval_every_n=32
+)

@@ -1,18 +1,19 @@
 """The agent contract, checked for every registered agent through the same driver paths:
-a JAX environment, a Gymnasium environment, several seeds in one program, exact resume
-after SIGKILL, and offline training from a dataset where the agent learns off-policy (the
-2-device learner is checked in test_parallel.py). An agent is covered by adding its case to
-contract_cases.py."""
+a JAX environment with exact resume after SIGKILL, a Gymnasium environment, several seeds
+in one program, and offline training from data collected from its own run where the agent
+learns off-policy (the 2-device learner is checked in test_parallel.py). An agent is covered
+by adding its case to contract_cases.py."""
 
+import dataclasses
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
+from conftest import program_store
 from contract_cases import CASES
 
 from heron import agents, api
@@ -53,11 +54,9 @@ def _check_run(summary, run_dir, steps):
 
 
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("kind", ["jax_env", "gym_env"])
-def test_trains_on_jax_and_gymnasium_environments(name, kind, tmp_path):
+def test_trains_on_a_gymnasium_environment(name, tmp_path):
     case = CASES[name]
-    run = _run(getattr(case, kind))
-    summary = api.train(api.build(name, case.config, run), str(tmp_path / "run"))
+    summary = api.train(api.build(name, case.config, _run(case.gym_env)), str(tmp_path / "run"))
     _check_run(summary, tmp_path / "run", 512)
 
 
@@ -69,68 +68,76 @@ def test_several_seeds_in_one_program(name, tmp_path):
     )
     assert [s["seed"] for s in summary["per_seed"]] == [3, 4]
     assert summary["per_seed"][0]["params_digest"] != summary["per_seed"][1]["params_digest"]
-    assert {line["seed"] for line in _lines(tmp_path / "run")} == {3, 4}
+    lines = _lines(tmp_path / "run")
+    assert {line["seed"] for line in lines} == {3, 4}
+    last = [line for line in lines if line["kind"] == "eval" and line["step"] == 512]
+    pairs = sorted((line["seed"], line["temperature"]) for line in last)
+    assert pairs == [(3, 0.0), (3, 1.0), (4, 0.0), (4, 1.0)]  # each seed at each temperature
 
 
-_TRAIN_SCRIPT = """
-import sys
+KILL_AT = 10  # the iteration after which the second process is SIGKILLed (checkpoint 8 saved)
+
+_KILLED_SCRIPT = """
+import os, signal, sys
 sys.path.insert(0, {tests!r})
 from contract_cases import CASES
 from heron import api
-from heron.cli import configure_compile_cache
-from heron.training import RunConfig
-configure_compile_cache()
-case = CASES[{name!r}]
+from heron.cli import configure_compile_cache, program_cache_dir
+from heron.training import RunConfig, driver
+
+iteration = driver._Loop._iteration
+
+
+def killed_after(loop, state, i, first):
+    state = iteration(loop, state, i, first)
+    if i + 1 == {kill_at}:  # SIGKILL: no handler, no cleanup, the lock left behind
+        os.kill(os.getpid(), signal.SIGKILL)
+    return state
+
+
+driver._Loop._iteration = killed_after
+programs = program_cache_dir(configure_compile_cache())
 run = RunConfig(**{run!r})
-print(api.train(api.build({name!r}, case.config, run), {run_dir!r})["params_digest"])
+api.train(api.build({name!r}, CASES[{name!r}].config, run, program_cache=programs), {run_dir!r})
 """
 
 
-def _train_process(name, run_settings, run_dir):
-    script = _TRAIN_SCRIPT.format(
-        tests=os.path.dirname(__file__), name=name, run=run_settings, run_dir=str(run_dir)
-    )
-    return [sys.executable, "-c", script]
-
-
+@pytest.mark.user_compile
 @pytest.mark.parametrize("name", NAMES)
-def test_sigkill_then_resume_equals_the_uninterrupted_run(name, tmp_path):
+def test_a_run_resumed_after_sigkill_equals_the_uninterrupted_run(name, tmp_path):
+    """On a JAX environment: the uninterrupted run (in this process) fulfils the contract; a
+    second process running the same configuration is SIGKILLed after iteration KILL_AT and
+    resumed from its last checkpoint (8) here: same parameters, same metrics lines. The
+    killed process loads the programs the first run exported (heron's program store)."""
     case = CASES[name]
-    settings = dict(
-        env=case.jax_env, steps=1024, num_envs=4, n_evals=2, eval_every_n=16,
-        eval_temperatures=(0.0,), save_every_n=4, done_frac_for_policy_save=0.0,
-    )  # fmt: skip
-    straight = subprocess.run(
-        _train_process(name, settings, tmp_path / "a"), capture_output=True, text=True, timeout=600
-    )
-    assert straight.returncode == 0, straight.stderr[-2000:]
-    expected = straight.stdout.strip().splitlines()[-1]
+    run = _run(case.jax_env, eval_every_n=8, save_every_n=8)
+    programs = program_store()
+    setup = api.build(name, case.config, run, program_cache=programs)
+    straight = api.train(setup, str(tmp_path / "a"))
+    _check_run(straight, tmp_path / "a", 512)
     run_dir = tmp_path / "b"
-    process = subprocess.Popen(
-        _train_process(name, settings, run_dir),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and checkpoints.latest_step(str(run_dir)) is None:
-        time.sleep(0.05)
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait()
-    killed_at = checkpoints.latest_step(str(run_dir))
-    total = api.build(name, case.config, RunConfig(**settings)).iterations
-    assert killed_at is not None and killed_at < total  # killed before the end
-    resumed = api.resume(str(run_dir))
-    assert resumed["params_digest"] == expected
+    settings = {f.name: getattr(run, f.name) for f in dataclasses.fields(run) if f.name != "dist"}
+    script = _KILLED_SCRIPT.format(
+        tests=os.path.dirname(__file__), kill_at=KILL_AT, name=name, run=settings,
+        run_dir=str(run_dir),
+    )  # fmt: skip
+    killed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert checkpoints.latest_step(str(run_dir)) == 8
+    trained = [line["iteration"] for line in _lines(run_dir) if line["kind"] == "train"]
+    assert trained[-1] == KILL_AT  # lines past the checkpoint, which resuming replaces
+    resumed = api.resume(str(run_dir), program_cache=programs)
+    assert resumed["params_digest"] == straight["params_digest"]
     strip = lambda lines: [{k: v for k, v in x.items() if k != "wall_s"} for x in lines]  # noqa: E731
     assert strip(_lines(run_dir)) == strip(_lines(tmp_path / "a"))
+    if case.offline:
+        _learns_offline_from_collected_data(name, tmp_path / "a", tmp_path)
 
 
-@pytest.mark.parametrize("name", [name for name in NAMES if CASES[name].offline])
-def test_learns_offline_from_its_own_collected_data(name, tmp_path):
+def _learns_offline_from_collected_data(name, run_dir, tmp_path):
+    """An off-policy agent trains from a dataset collected from its own run's policy."""
     case = CASES[name]
-    online = _run(case.jax_env, steps=256)
-    api.train(api.build(name, case.config, online), str(tmp_path / "online"))
-    collected = api.collect(str(tmp_path / "online"), 12, str(tmp_path / "data"))
+    collected = api.collect(str(run_dir), 12, str(tmp_path / "data"))
     assert collected["episodes"] == 12
     run = _run(case.jax_env, dataset=str(tmp_path / "data"), steps=40, updates_per_iteration=10)
     summary = api.train(api.build(name, case.config, run), str(tmp_path / "offline"))

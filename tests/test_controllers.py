@@ -6,14 +6,13 @@ import json
 import jax
 import numpy as np
 import pytest
+import small_ppo
+from conftest import train_until_checkpoint
+from small_ppo import PPO, build
 
 from heron import api
-from heron.agents import PPOConfig
 from heron.configs import ConfigError
-from heron.training import RunConfig, checkpoints
 from heron.training.controllers import Plateau, parse_controller
-
-SMALL_PPO = PPOConfig(unroll_length=16, batch_size=32, num_epochs=2)
 
 
 def _evals(values, temperature=0.0):
@@ -52,20 +51,17 @@ def test_controller_strings_are_parsed_or_refused_by_name():
 
 
 def _run(**overrides):
-    settings = dict(
-        steps=2048, num_envs=4, n_evals=2, eval_every_n=2, eval_temperatures=(0.0,),
-        save_every_n=4, done_frac_for_policy_save=0.0,
-        controller="plateau(learning_rate, 0.5, 1)",
-    )  # fmt: skip
-    return RunConfig(**{**settings, **overrides})
+    settings = dict(steps=2048, eval_every_n=2, controller="plateau(learning_rate, 0.5, 1)")
+    return small_ppo.run(**{**settings, **overrides})
 
 
 def _lines(run_dir):
     return [json.loads(x) for x in open(f"{run_dir}/metrics.jsonl")]
 
 
+@pytest.mark.user_compile
 def test_controls_are_logged_applied_and_resumed_exactly(tmp_path, monkeypatch):
-    straight = api.train(api.build("ppo", SMALL_PPO, _run()), str(tmp_path / "a"))
+    straight = api.train(build("ppo", PPO, _run()), str(tmp_path / "a"))
     lines = _lines(tmp_path / "a")
     controls = [x for x in lines if x["kind"] == "control"]
     greedy = [x["return_mean"] for x in lines if x["kind"] == "eval"]
@@ -74,21 +70,9 @@ def test_controls_are_logged_applied_and_resumed_exactly(tmp_path, monkeypatch):
     state = api.load_run(str(tmp_path / "a"))[2]
     assert float(state.agent_state.controls["learning_rate"][0]) == expected
 
-    original = checkpoints.Checkpointer.save
-
-    class Killed(Exception):
-        pass
-
-    def save_then_die(self, step, state, record=None):
-        original(self, step, state, record)
-        if step == 16 and self._kind == checkpoints.LATEST:
-            raise Killed
-
-    monkeypatch.setattr(checkpoints.Checkpointer, "save", save_then_die)
-    with pytest.raises(Killed):
-        api.train(api.build("ppo", SMALL_PPO, _run()), str(tmp_path / "b"))
-    monkeypatch.setattr(checkpoints.Checkpointer, "save", original)
-    resumed = api.resume(str(tmp_path / "b"))
+    setup = build("ppo", PPO, _run())
+    train_until_checkpoint(monkeypatch, setup, tmp_path / "b", kill_at=16)
+    resumed = small_ppo.resume(tmp_path / "b")
     assert resumed["params_digest"] == straight["params_digest"]
     strip = lambda rows: [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]  # noqa: E731
     assert strip(_lines(tmp_path / "b")) == strip(lines)
@@ -101,11 +85,11 @@ def test_a_python_controller_and_unknown_names(tmp_path):
         seen.append(len([r for r in history if r["kind"] == "eval"]))
         return {"entropy_cost": 0.0 if seen[-1] >= 2 else 1.0}
 
-    setup = api.build("ppo", SMALL_PPO, _run(controller=None, steps=512), halve_after_two)
+    setup = build("ppo", PPO, _run(controller=None, steps=512), halve_after_two)
     api.train(setup, str(tmp_path / "run"))
     assert seen == [1, 2, 3, 4]
     state = api.load_run(str(tmp_path / "run"))[2]
     assert float(jax.device_get(state.agent_state.controls["entropy_cost"])[0]) == 0.0
-    bad = api.build("ppo", SMALL_PPO, _run(controller=None, steps=512), lambda h: {"lr": 0.1})
+    bad = build("ppo", PPO, _run(controller=None, steps=512), lambda h: {"lr": 0.1})
     with pytest.raises(ConfigError, match=r"controller sets \['lr'\].*learning_rate"):
         api.train(bad, str(tmp_path / "bad"))

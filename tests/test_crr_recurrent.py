@@ -9,13 +9,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import train_until_checkpoint
 from test_crr import BOX, SMALL, _sequences, _small_crr_run
 
 from heron import api
 from heron.agents import CRRConfig, crr
 from heron.agents.actions import from_box
 from heron.agents.base import ROLLOUT_STATE, ReplayConfig
-from heron.training import checkpoints
 from heron.types import StepType, TimeStep
 
 RECURRENT = dict(SMALL, network=dataclasses.replace(SMALL["network"], core="gru", core_size=8))
@@ -132,18 +132,5 @@ def test_recurrent_crr_runs_and_resumes_through_the_driver(tmp_path, monkeypatch
     run = _small_crr_run(steps=256, save_every_n=16)
     straight = api.train(api.build("crr", config, run), str(tmp_path / "a"))
     assert straight["steps"] == 256 and np.isfinite(straight["final_eval_return"])
-    original = checkpoints.Checkpointer.save
-
-    class Killed(Exception):
-        pass
-
-    def save_then_die(self, step, state, record=None):
-        original(self, step, state, record)
-        if step == 16:
-            raise Killed
-
-    monkeypatch.setattr(checkpoints.Checkpointer, "save", save_then_die)
-    with pytest.raises(Killed):
-        api.train(api.build("crr", config, run), str(tmp_path / "b"))
-    monkeypatch.setattr(checkpoints.Checkpointer, "save", original)
+    train_until_checkpoint(monkeypatch, api.build("crr", config, run), tmp_path / "b", 16)
     assert api.resume(str(tmp_path / "b"))["params_digest"] == straight["params_digest"]

@@ -10,13 +10,15 @@ import sys
 import jax
 import jax.numpy as jnp
 import pytest
-from contract_cases import CASES
+from contract_cases import CASES, TWO_DEVICE_TRAINING
 
 from heron import parallel
 from heron.api import build, train
 from heron.training import RunConfig
 
 TOLERANCE = 1e-6  # float32 sums in a different order
+
+pytestmark = pytest.mark.user_compile  # multi-device equality, as users' programs compile
 
 
 @pytest.fixture(scope="module")
@@ -48,18 +50,10 @@ def test_two_device_learn_equals_one_device_learn(two_device_results, algo):
 
 def test_two_device_training_matches_one_device(two_device_results, tmp_path):
     case = CASES["crr"]
-    run = RunConfig(
-        env=case.jax_env,
-        num_envs=4,
-        n_evals=2,
-        eval_temperatures=(0.0,),
-        steps=2048,
-        seeds=2,
-        eval_every_n=2,
-    )
+    run = RunConfig(env=case.jax_env, **TWO_DEVICE_TRAINING)
     one_device = train(build("crr", case.config, run), str(tmp_path / "run"))
     two_devices = two_device_results["train"]
-    assert two_devices["steps"] == one_device["steps"] == 2048
+    assert two_devices["steps"] == one_device["steps"] == TWO_DEVICE_TRAINING["steps"]
     for one, two in zip(one_device["per_seed"], two_devices["per_seed"], strict=True):
         assert two["final_eval_return"] == pytest.approx(one["final_eval_return"], rel=1e-4)
 

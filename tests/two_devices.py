@@ -14,7 +14,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
-from contract_cases import CASES  # noqa: E402
+from contract_cases import CASES, TWO_DEVICE_TRAINING  # noqa: E402
 
 from heron import agents, api  # noqa: E402
 from heron.training import RunConfig  # noqa: E402
@@ -32,21 +32,23 @@ def small_run(env: str, **overrides) -> RunConfig:
 
 
 def compare(name: str) -> dict:
-    """Fills a replay with a few iterations (learner on both devices), then one ``learn`` on
-    one device and one on two, from the same state and key."""
+    """Fills a replay with collected steps until it can sample (no learning: the training
+    iteration, the costliest program, is never compiled), then one ``learn`` on one device
+    and one on two, from the same state and key."""
     case = CASES[name]
     setup = api.build(name, case.config, small_run(case.jax_env))
-    program = setup.program()
-    state = program.init(seed_keys([0]))
-    for _ in range(3):
-        state, _ = program.iteration(state)
-    state = jax.tree.map(lambda x: x[0], state)
+    state = jax.tree.map(lambda x: x[0], setup.program().init(seed_keys([0])))
+    collect = jax.jit(setup.source.collect, static_argnums=0)
+    add = jax.jit(setup.replay.add)
+    replay_state, source_state = state.replay_state, state.source_state
+    for k in range(8):
+        if bool(setup.replay.can_sample(replay_state)):
+            break
+        key = jax.random.PRNGKey(100 + k)
+        source_state, steps = collect(setup.agent, state.agent_state, source_state, key)
+        replay_state = add(replay_state, steps)
+    state = state._replace(replay_state=replay_state, source_state=source_state)
     key = jax.random.PRNGKey(7)
-    # One more collection, not yet learnt from (an on-policy replay is consumed by learning).
-    _, steps = jax.jit(setup.source.collect, static_argnums=0)(
-        setup.agent, state.agent_state, state.source_state, key
-    )
-    state = state._replace(replay_state=setup.replay.add(state.replay_state, steps))
     one = agents.make(name, setup.agent.spec, case.config, devices=jax.devices()[:1])
     two = agents.make(name, setup.agent.spec, case.config, devices=jax.devices()[:2])
     assert bool(setup.replay.can_sample(state.replay_state)), name
@@ -66,9 +68,8 @@ def compare(name: str) -> dict:
 def short_training(run_dir: str) -> dict:
     """Two seeds of CRR on Pendulum with the learner split over the devices (the test runs
     the same on one device)."""
-    case = CASES["crr"]
-    run = small_run(case.jax_env, steps=2048, seeds=2, eval_every_n=2, num_envs=4)
-    return api.train(api.build("crr", case.config, run), run_dir)
+    run = RunConfig(env=CASES["crr"].jax_env, **TWO_DEVICE_TRAINING)
+    return api.train(api.build("crr", CASES["crr"].config, run), run_dir)
 
 
 if __name__ == "__main__":

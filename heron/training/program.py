@@ -134,6 +134,15 @@ def non_finite_inputs(steps) -> dict:
     }
 
 
+def strongly_typed(tree):
+    """``tree`` with no weakly typed leaf (same dtypes and values). Environments keep Python
+    numbers in their states (gymnax's ``time = 0``, Pendulum's ``last_u = 0.0``), which JAX
+    types weakly where an iteration's results are strong: a state that is weak in one place
+    after init, strong after an iteration and strong again from a checkpoint would make the
+    iteration one program per variant, each compiled on its own."""
+    return jax.tree.map(lambda x: jax.lax.convert_element_type(x, x.dtype), tree)
+
+
 def make_program(agent: Agent, replay, source: Source, evaluate: Callable) -> Program:
     """``evaluate(agent_state, observations, key) -> returns [n_temperatures, n]`` is the
     run's evaluation (``evaluation.make_evaluate`` with ``axis_name=SEED_AXIS``)."""
@@ -149,7 +158,7 @@ def make_program(agent: Agent, replay, source: Source, evaluate: Callable) -> Pr
         # One seed after another: vmapped, the orthogonal initialisers become a batched QR,
         # whose jaxlib CPU kernel was seen to deadlock its thread pool on a loaded machine.
         agent_states = jax.lax.map(agent.init, keys[:, 0])
-        return jax.vmap(init_one)(keys, agent_states)
+        return strongly_typed(jax.vmap(init_one)(keys, agent_states))
 
     def iteration_one(state: TrainState):
         key, collect_key, learn_key = jax.random.split(state.key, 3)
@@ -171,14 +180,14 @@ def make_program(agent: Agent, replay, source: Source, evaluate: Callable) -> Pr
         if hasattr(source, "metrics"):
             metrics.update(source.metrics(source_state))
         new_state = TrainState(agent_state, replay_state, source_state, key, state.iteration + 1)
-        return new_state, metrics
+        return strongly_typed(new_state), metrics
 
     def evaluate_one(state: TrainState, key):
         return evaluate(state.agent_state, source.observations(state.source_state), key)
 
     def restart_one(state: TrainState, key):
         source_state = source.restart(agent, state.agent_state, state.source_state, key)
-        return state._replace(source_state=source_state)
+        return strongly_typed(state._replace(source_state=source_state))
 
     return Program(
         init=jax.jit(init),
