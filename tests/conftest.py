@@ -12,7 +12,7 @@ import contextlib
 import os
 import shutil
 import tempfile
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium
 import jax
@@ -48,6 +48,56 @@ def program_store() -> str | None:
     `heron train` does): a build given it loads the programs an identical configuration
     exported before instead of tracing them again."""
     return program_cache_dir(compile_cache_dir())
+
+
+def build(algo: str, agent_config=None, run=None, controller=None):
+    """``heron.api.build`` with this test run's program store (as `heron train` builds). A
+    test that patches what the programs trace must use ``heron.api.build`` itself: a stored
+    program would not see the patch."""
+    from heron import api
+
+    return api.build(algo, agent_config, run, controller, program_cache=program_store())
+
+
+def resume(run_dir, steps: int | None = None, controller=None) -> dict:
+    """``heron.api.resume`` with this test run's program store."""
+    from heron import api
+
+    return api.resume(str(run_dir), steps, controller, program_cache=program_store())
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """(address, faults directory) of a local Ray instance for the module (Ray's tests:
+    tests/ray_cluster.py)."""
+    import ray_cluster
+
+    yield from ray_cluster.local_instance(tmp_path_factory)
+
+
+class Trained(NamedTuple):
+    run_dir: Any  # pathlib.Path
+    summary: dict  # the final JSON line's fields
+
+
+@pytest.fixture(scope="session")
+def small_ppo_run(tmp_path_factory) -> Trained:
+    """The shared small PPO run (tests/small_ppo.py) trained to its end: 16 iterations of 64
+    steps, greedy evaluations after every 4th, checkpoints 8, 12 and 16 kept (and the best
+    evaluation's). Read it, or change a copy (``copy_run``): other tests read it too."""
+    import small_ppo
+
+    from heron.api import train
+
+    run_dir = tmp_path_factory.mktemp("small_ppo") / "run"
+    return Trained(run_dir, train(small_ppo.build(), str(run_dir)))
+
+
+def copy_run(run_dir, tmp_path) -> str:
+    """A copy of ``run_dir`` in ``tmp_path`` to change."""
+    copy = str(tmp_path / "copy")
+    shutil.copytree(run_dir, copy)
+    return copy
 
 
 class Killed(Exception):
@@ -135,7 +185,18 @@ def _test_compile_settings(request):
 # pytest 9: xdist 3.8 tags a test by rewriting ``item._nodeid``, which pytest 9 no longer
 # reads, so every test of such a module went to whichever worker was free, and each worker
 # built the fixtures again (two Ray instances on 2 cores).
-ONE_WORKER_MODULES = ("test_distributed.py", "test_parallel.py", "test_world_model.py")
+ONE_WORKER_MODULES = (
+    "test_distributed.py",
+    "test_distributed_runs.py",
+    "test_parallel.py",
+    "test_world_model.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The learning runs first (each a long unit of work): the many short tests after them
+    even out the workers' loads at the end instead of leaving one worker on a long run."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -100,6 +100,34 @@ CASES = {
 }
 
 
+# The contract's run on a JAX environment (tests/test_contract.py): what the compiled
+# programs depend on, and the same on the command line.
+RUN = dict(num_envs=4, n_evals=2, eval_temperatures=(1.0, 0.0))
+RUN_FLAGS = ["--num-envs", "4", "--n-evals", "2", "--eval-temperatures", "1.0", "0.0"]
+
+
+def flags(name: str) -> list[str]:
+    """The ``--NAME.*`` options that make the agent's defaults into its case's config (with
+    ``--preset none``): a run from the command line with them and RUN_FLAGS compiles the
+    contract run's programs."""
+    options: list[str] = []
+
+    def walk(prefix: str, value, default) -> None:
+        for field in dataclasses.fields(value):
+            given, usual = getattr(value, field.name), getattr(default, field.name)
+            if given == usual:
+                continue
+            if dataclasses.is_dataclass(given):
+                walk(f"{prefix}.{field.name}", given, usual)
+                continue
+            words = [str(v) for v in given] if isinstance(given, tuple) else [str(given)]
+            options.extend([f"--{prefix}.{field.name.replace('_', '-')}", *words])
+
+    config = CASES[name].config
+    walk(name, config, type(config)())
+    return options
+
+
 # CRR's short run with two seeds that tests/two_devices.py trains with the learner split over
 # two devices and tests/test_parallel.py on one.
 TWO_DEVICE_TRAINING = dict(

@@ -14,9 +14,8 @@ mini-batches of 32 sequences; greedy evaluation over 2 episodes.
 
 from __future__ import annotations
 
-from conftest import program_store
+import conftest
 
-from heron import api
 from heron.agents import PPOConfig
 from heron.training import RunConfig
 
@@ -40,11 +39,9 @@ def run(**overrides) -> RunConfig:
 
 
 def build(algo: str = "ppo", config=PPO, run_config: RunConfig | None = None, controller=None):
-    """``heron.api.build`` with this test run's program store."""
-    run_config = run() if run_config is None else run_config
-    return api.build(algo, config, run_config, controller, program_cache=program_store())
+    """``heron.api.build`` of the shared run (or ``run_config``) with the test run's program
+    store."""
+    return conftest.build(algo, config, run() if run_config is None else run_config, controller)
 
 
-def resume(run_dir, steps: int | None = None, controller=None) -> dict:
-    """``heron.api.resume`` with this test run's program store."""
-    return api.resume(str(run_dir), steps, controller, program_cache=program_store())
+resume = conftest.resume

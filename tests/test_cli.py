@@ -4,30 +4,19 @@ import subprocess
 import sys
 
 import pytest
+import small_ppo
+from conftest import copy_run
 
 from heron.cli import main
 
-SMALL = [
-    "--steps",
-    "1024",
-    "--num-envs",
-    "4",
-    "--n-evals",
-    "2",
-    "--eval-every-n",
-    "8",
-    "--ppo.unroll-length",
-    "16",
-    "--ppo.batch-size",
-    "32",
-]
+SMALL = ["--steps", "1024", "--eval-every-n", "8", *small_ppo.FLAGS]
 
 
 def test_train_eval_and_metrics_through_the_real_entry_point(tmp_path):
     run_dir = tmp_path / "run"
     heron = os.path.join(os.path.dirname(sys.executable), "heron")
     result = subprocess.run(
-        [heron, "train", "ppo", "--run-dir", str(run_dir), "--ppo.discount", "0.98", *SMALL],
+        [heron, "train", "ppo", "--run-dir", str(run_dir), *SMALL],
         capture_output=True,
         text=True,
         timeout=300,
@@ -37,7 +26,7 @@ def test_train_eval_and_metrics_through_the_real_entry_point(tmp_path):
     assert summary["run_dir"] == str(run_dir) and summary["steps"] == 1024
     assert len(summary["params_digest"]) == 64
     config = json.loads((run_dir / "config.json").read_text())
-    assert config["ppo"]["discount"] == 0.98 and config["run"]["num_envs"] == 4
+    assert config["ppo"]["num_epochs"] == 2 and config["run"]["num_envs"] == 4
     # the default env's preset, with the options given on top
     assert summary["preset"] == config["run"]["preset"] == "ppo/gymnax:CartPole-v1"
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -115,15 +104,13 @@ def test_eval_of_missing_or_empty_run_dir(tmp_path, capsys):
     assert "has no config.json" in capsys.readouterr().err
 
 
-def test_eval_of_a_run_without_checkpoints(tmp_path, capsys):
-    run_dir = tmp_path / "run"
-    assert main(["train", "ppo", "--run-dir", str(run_dir), *SMALL]) == 0
-    for step in (run_dir / "checkpoints").iterdir():
-        import shutil
+def test_eval_of_a_run_without_checkpoints(small_ppo_run, tmp_path, capsys):
+    import shutil
 
-        shutil.rmtree(step)
-    capsys.readouterr()
-    assert main(["eval", str(run_dir)]) == 2
+    run_dir = copy_run(small_ppo_run.run_dir, tmp_path)
+    for step in os.listdir(os.path.join(run_dir, "checkpoints")):
+        shutil.rmtree(os.path.join(run_dir, "checkpoints", step))
+    assert main(["eval", run_dir]) == 2
     assert "no checkpoint" in capsys.readouterr().err
 
 
@@ -164,10 +151,8 @@ def test_schedules_from_the_command_line(tmp_path, capsys):
     assert err.count("\n") == 1
 
 
-def test_plot_command(tmp_path, capsys):
-    run_dir = tmp_path / "run"
-    assert main(["train", "ppo", "--run-dir", str(run_dir), *SMALL]) == 0
-    capsys.readouterr()
+def test_plot_command(small_ppo_run, tmp_path, capsys):
+    run_dir = small_ppo_run.run_dir
     out = tmp_path / "curves.png"
     assert main(["plot", str(run_dir), "--out", str(out)]) == 0
     summary = json.loads(capsys.readouterr().out.strip())

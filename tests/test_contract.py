@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import program_store
+from conftest import build, resume
 from contract_cases import CASES
 
 from heron import agents, api
@@ -111,9 +111,7 @@ def test_a_run_resumed_after_sigkill_equals_the_uninterrupted_run(name, tmp_path
     killed process loads the programs the first run exported (heron's program store)."""
     case = CASES[name]
     run = _run(case.jax_env, eval_every_n=8, save_every_n=8)
-    programs = program_store()
-    setup = api.build(name, case.config, run, program_cache=programs)
-    straight = api.train(setup, str(tmp_path / "a"))
+    straight = api.train(build(name, case.config, run), str(tmp_path / "a"))
     _check_run(straight, tmp_path / "a", 512)
     run_dir = tmp_path / "b"
     settings = {f.name: getattr(run, f.name) for f in dataclasses.fields(run) if f.name != "dist"}
@@ -126,7 +124,7 @@ def test_a_run_resumed_after_sigkill_equals_the_uninterrupted_run(name, tmp_path
     assert checkpoints.latest_step(str(run_dir)) == 8
     trained = [line["iteration"] for line in _lines(run_dir) if line["kind"] == "train"]
     assert trained[-1] == KILL_AT  # lines past the checkpoint, which resuming replaces
-    resumed = api.resume(str(run_dir), program_cache=programs)
+    resumed = resume(run_dir)
     assert resumed["params_digest"] == straight["params_digest"]
     strip = lambda lines: [{k: v for k, v in x.items() if k != "wall_s"} for x in lines]  # noqa: E731
     assert strip(_lines(run_dir)) == strip(_lines(tmp_path / "a"))

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import build
 from scipy import stats
 
 from heron import api
@@ -244,10 +245,12 @@ def test_bad_config(overrides, message):
 
 
 def _small_crr_run(**overrides):
+    """Pendulum's rewards scaled into the small critic's support [-10, 10]."""
     settings = dict(
         env="gymnax:Pendulum-v1",
         steps=512,
         num_envs=4,
+        reward_scale=0.1,
         eval_every_n=64,
         n_evals=2,
         eval_temperatures=(0.0,),
@@ -267,7 +270,7 @@ SMALL_CRR = CRRConfig(
 
 
 def test_off_policy_updates_follow_the_replay_ratio_once_min_size_is_stored(tmp_path):
-    summary = api.train(api.build("crr", SMALL_CRR, _small_crr_run()), str(tmp_path / "run"))
+    summary = api.train(build("crr", SMALL_CRR, _small_crr_run()), str(tmp_path / "run"))
     lines = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
     updates = [(line["step"], line["train/updates"]) for line in lines if line["kind"] == "train"]
     # The first step of every env enters at the start (4), then 8 steps per iteration:
@@ -279,7 +282,7 @@ def test_off_policy_updates_follow_the_replay_ratio_once_min_size_is_stored(tmp_
 
 def test_a_fractional_replay_ratio_is_honoured_over_iterations(tmp_path):
     config = dataclasses.replace(SMALL_CRR, replay=ReplayConfig(min_size=16, ratio=0.05))
-    api.train(api.build("crr", config, _small_crr_run(steps=800)), str(tmp_path / "run"))
+    api.train(build("crr", config, _small_crr_run(steps=800)), str(tmp_path / "run"))
     lines = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
     updates = sum(line["train/updates"] for line in lines if line["kind"] == "train")
     # 0.05 updates per step: 0.4 per iteration of 8 steps, from the 2nd iteration on (20 >= 16)
@@ -290,8 +293,8 @@ def test_targets_clipped_to_the_support_are_warned_about(tmp_path, capsys):
     """Pendulum's unscaled rewards (down to -16 a step) against a support of [-1, 1]: most
     target mass is clipped, and the run says so once, with what to change."""
     config = dataclasses.replace(SMALL_CRR, vmin=-1.0, vmax=1.0)
-    run = _small_crr_run(steps=160)
-    api.train(api.build("crr", config, run), str(tmp_path / "run"))
+    run = _small_crr_run(steps=160, reward_scale=1.0)
+    api.train(build("crr", config, run), str(tmp_path / "run"))
     err = capsys.readouterr().err
     assert err.count("of the critic's target mass falls outside its support [-1, 1]") == 1
     assert "--reward-scale" in err
@@ -301,8 +304,5 @@ def test_targets_clipped_to_the_support_are_warned_about(tmp_path, capsys):
     notes = [x for x in lines if x["kind"] == "note"]
     assert len(notes) == 1 and "clipped" in notes[0]["message"]
     capsys.readouterr()
-    api.train(
-        api.build("crr", SMALL_CRR, _small_crr_run(steps=160, reward_scale=0.1)),
-        str(tmp_path / "ok"),
-    )
+    api.train(build("crr", SMALL_CRR, _small_crr_run(steps=160)), str(tmp_path / "ok"))
     assert "falls outside its support" not in capsys.readouterr().err

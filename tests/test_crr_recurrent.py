@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import train_until_checkpoint
+from conftest import build, resume, train_until_checkpoint
 from test_crr import BOX, SMALL, _sequences, _small_crr_run
 
 from heron import api
@@ -120,6 +120,7 @@ def test_acting_carries_the_states_of_the_action_taken():
         np.testing.assert_allclose(new_carry["policy"], expected_policy, atol=1e-6)
 
 
+@pytest.mark.user_compile
 def test_recurrent_crr_runs_and_resumes_through_the_driver(tmp_path, monkeypatch):
     config = CRRConfig(
         batch_size=16,
@@ -130,7 +131,7 @@ def test_recurrent_crr_runs_and_resumes_through_the_driver(tmp_path, monkeypatch
         **RECURRENT,
     )
     run = _small_crr_run(steps=256, save_every_n=16)
-    straight = api.train(api.build("crr", config, run), str(tmp_path / "a"))
+    straight = api.train(build("crr", config, run), str(tmp_path / "a"))
     assert straight["steps"] == 256 and np.isfinite(straight["final_eval_return"])
-    train_until_checkpoint(monkeypatch, api.build("crr", config, run), tmp_path / "b", 16)
-    assert api.resume(str(tmp_path / "b"))["params_digest"] == straight["params_digest"]
+    train_until_checkpoint(monkeypatch, build("crr", config, run), tmp_path / "b", 16)
+    assert resume(tmp_path / "b")["params_digest"] == straight["params_digest"]

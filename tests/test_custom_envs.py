@@ -138,10 +138,9 @@ def test_env_module_run_is_rebuilt_from_config_json(tmp_path, capsys):
     assert code == 0, err
     assert last_json(out)["steps"] == 192 and len(last_json(out)["per_seed"]) == 2
 
-    gym_run = tmp_path / "gym_run"
+    gym_run = tmp_path / "gym_run"  # trained here, evaluated in a fresh process
     argv = ["train", "ppo", "--env", "gym:HeronTiny-v0", "--env-module", "custom_env_registry"]
-    code, _, err = heron(*argv, "--run-dir", str(gym_run), *SMALL, cwd=TESTS)
-    assert code == 0, err
+    assert main([*argv, "--run-dir", str(gym_run), *SMALL]) == 0
     code, out, err = heron("eval", str(gym_run), "--episodes", "2", cwd=TESTS)
     assert code == 0, err
     assert last_json(out)["episodes"] == 2

@@ -1,7 +1,9 @@
-"""Actors on Ray (heron.distributed) against one local Ray instance per module, bound to
-127.0.0.1, with 4 counted CPUs and a small object store. Faults are injected by the
-environments of tests/ray_envs.py, armed by files: exactly one fault where one is asked for,
-never by chance. Every run is small (PPO's contract case on CartPole, 2 actors of 2 envs)."""
+"""Actors on Ray (heron.distributed), against this module's local Ray instance (see
+tests/ray_cluster.py): the synchronous baseline run every exactness test compares with (a
+repeat with an actor SIGKILLed, the driver stopped by SIGTERM and SIGKILL and resumed, a
+two-device learner), servers on loopback only, and bad input. Runs of the other drivers,
+faults of environments and learning are in tests/test_distributed_runs.py, on an instance
+of its own (the two modules run side by side on two xdist workers)."""
 
 from __future__ import annotations
 
@@ -13,85 +15,26 @@ import subprocess
 import sys
 import time
 
-import jax
 import numpy as np
 import psutil
 import pytest
 import ray_envs
-from contract_cases import CASES
+from ray_cluster import JAX_ENV, MARKS, TESTS, lines, params, small_run, train
 
-from heron import api, cli, presets
-from heron.distributed import cluster as ray_cluster
+from heron import api, cli
 from heron.run_config import DistConfig, RunConfig
 from heron.training import checkpoints
 
-# One xdist worker runs this module (tests/conftest.py); its runs are compared bit for bit,
-# so they compile as users' runs do (the actors inherit the setting from the instance).
-pytestmark = [pytest.mark.ray, pytest.mark.user_compile]
+pytestmark = MARKS
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
-PPO = CASES["ppo"].config
-JAX_ENV = "heron:CartPole-fragile-v1"
-GYM_ENV = "gym:HeronFlakyCartPole-v1"
 TOLERANCE = 1e-4  # tests/test_parallel.py's for a trained run on two devices
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """(address, faults directory) of a Ray instance for this module."""
-    import ray
-
-    faults = tmp_path_factory.mktemp("faults")
-    os.environ[ray_envs.FAULTS] = str(faults)  # the actor processes inherit it
-    ray_cluster.loopback_only()
-    ray.init(
-        num_cpus=4,
-        object_store_memory=200 * 1024**2,
-        include_dashboard=False,
-        _node_ip_address="127.0.0.1",
-        log_to_driver=False,
-    )
-    yield ray.get_runtime_context().gcs_address, faults
-    ray.shutdown()
-
-
-def _run(address, **overrides) -> RunConfig:
-    dist = DistConfig(**overrides.pop("dist", {}))
-    settings = dict(
-        env=JAX_ENV,
-        env_module="ray_envs",
-        steps=1024,  # 32 iterations of 32 steps
-        num_envs=4,
-        actors=2,
-        ray_address=address,
-        n_evals=2,
-        eval_every_n=16,
-        eval_temperatures=(0.0,),
-        save_every_n=8,
-        done_frac_for_policy_save=0.0,
-    )
-    return RunConfig(**{**settings, **overrides}, dist=dist)
-
-
-def _train(run: RunConfig, run_dir) -> dict:
-    return api.train(api.build("ppo", PPO, run), str(run_dir))
-
-
-def _lines(run_dir, kind="train"):
-    lines = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
-    return [line for line in lines if line["kind"] == kind]
-
-
-def _params(run_dir):
-    setup, _, state, _ = api.load_run(str(run_dir))
-    return jax.tree.leaves(setup.agent.params(state.agent_state))
 
 
 @pytest.fixture(scope="module")
 def baseline(cluster, tmp_path_factory):
     """The synchronous 2-actor run every exactness test compares with."""
     run_dir = tmp_path_factory.mktemp("baseline") / "run"
-    return _train(_run(cluster[0]), run_dir), run_dir
+    return train(small_run(cluster[0]), run_dir), run_dir
 
 
 def _listening_addresses(pids) -> set[str]:
@@ -158,88 +101,19 @@ def test_a_synchronous_run_repeats_exactly_even_when_an_actor_is_killed(
     assert summary["dist"]["actors"] == 2 and summary["dist"]["actor_restarts"] == 0
     assert len(summary["dist"]["actor_steps_per_s"]) == 2
     assert all(speed > 0 for speed in summary["dist"]["actor_steps_per_s"])
-    lines = _lines(run_dir)
-    assert [line["iteration"] for line in lines] == list(range(1, 33))
-    for line in lines:
+    records = lines(run_dir)
+    assert [line["iteration"] for line in records] == list(range(1, 33))
+    for line in records:
         assert line["dist/actor0_unrolls_taken"] == line["dist/actor1_unrolls_taken"]
         assert line["dist/actor0_unrolls_taken"] == line["iteration"]
         assert line["dist/policy_lag_max"] == 0.0
 
     ray_envs.arm(cluster[1], ray_envs.KILL)
-    again = _train(_run(cluster[0]), tmp_path / "run")
+    again = train(small_run(cluster[0]), tmp_path / "run")
     assert not os.path.exists(os.path.join(cluster[1], ray_envs.KILL))  # it fired
     assert again["dist"]["actor_restarts"] == 1
     assert again["dist"]["unrolls_lost"] == 0
     assert again["params_digest"] == summary["params_digest"]
-
-
-def test_one_actor_equals_the_in_process_run(cluster, tmp_path):
-    run = _run(cluster[0], actors=1, steps=256)
-    on_ray = _train(run, tmp_path / "ray")
-    in_process = _train(dataclasses.replace(run, actors=0, ray_address=None), tmp_path / "local")
-    assert on_ray["dist"]["actors"] == 1 and "dist" not in in_process
-    ours, theirs = _params(tmp_path / "ray"), _params(tmp_path / "local")
-    assert max(float(np.max(np.abs(a - b))) for a, b in zip(ours, theirs, strict=True)) < 1e-5
-    assert on_ray["final_eval_return"] == pytest.approx(in_process["final_eval_return"])
-
-
-def test_policy_lag_one_acts_one_version_behind(cluster, tmp_path):
-    run = _run(cluster[0], steps=256, dist={"policy_lag": 1})
-    summary = _train(run, tmp_path / "a")
-    lines = _lines(tmp_path / "a")
-    assert [line["dist/policy_lag_max"] for line in lines] == [0.0] + [1.0] * 7
-    assert summary["dist"]["policy_lag_max"] == 1.0
-
-
-def test_sigkill_of_an_actor_in_an_asynchronous_run(cluster, tmp_path):
-    ray_envs.arm(cluster[1], ray_envs.KILL)
-    run = _run(cluster[0], steps=512, dist={"driver": "async", "learn_queue_cap": 2})
-    summary = _train(run, tmp_path / "run")
-    assert not os.path.exists(os.path.join(cluster[1], ray_envs.KILL))
-    assert summary["dist"]["actor_restarts"] == 1 and summary["dist"]["unrolls_lost"] == 0
-    lines = _lines(tmp_path / "run")
-    assert [line["iteration"] for line in lines] == list(range(1, 17))
-    updates = {line["train/updates"] for line in lines}
-    assert len(updates) == 1 and updates.pop() > 0  # every iteration learnt, the same amount
-    for line in lines:
-        taken = [line[f"dist/actor{a}_unrolls_taken"] for a in range(2)]
-        # Each actor's unrolls were taken in order, none twice and none skipped.
-        assert taken == [line[f"dist/actor{a}_next_unroll"] for a in range(2)]
-        assert sum(taken) == 2 * line["iteration"]
-
-
-def test_an_environment_that_raises_once_is_recovered(cluster, tmp_path, capfd):
-    ray_envs.arm(cluster[1], ray_envs.RAISE_ONCE)
-    summary = _train(_run(cluster[0], env=GYM_ENV, steps=256), tmp_path / "run")
-    assert summary["dist"]["actor_restarts"] == 1 and summary["steps"] == 256
-    err = capfd.readouterr().err
-    assert "RuntimeError: environment broke at step" in err
-    assert "Gymnasium environments start fresh episodes" in err
-
-
-def test_an_environment_that_always_raises_stops_the_run_in_one_line(cluster, tmp_path, capfd):
-    ray_envs.arm(cluster[1], ray_envs.RAISE_ALWAYS)
-    run_dir = tmp_path / "run"
-    argv = [
-        "train", "ppo", "--env", GYM_ENV, "--env-module", "ray_envs", "--steps", "512",
-        "--num-envs", "4", "--actors", "2", "--ray-address", cluster[0], "--run-dir",
-        str(run_dir), "--n-evals", "2", "--eval-temperatures", "0.0", "--save-every-n", "1",
-        "--done-frac-for-policy-save", "0", "--dist.max-actor-restarts", "1",
-        "--ppo.unroll-length", "8", "--ppo.batch-size", "16", "--ppo.num-epochs", "2",
-    ]  # fmt: skip
-    try:
-        status = cli.main(argv)
-    finally:
-        os.unlink(os.path.join(cluster[1], ray_envs.RAISE_ALWAYS))
-    errors = [line for line in capfd.readouterr().err.splitlines() if "heron: error" in line]
-    assert status == 1 and len(errors) == 1
-    assert "actor" in errors[0] and GYM_ENV in errors[0]
-    assert "RuntimeError: environment broke at step" in errors[0]
-    assert "dist.max_actor_restarts=1" in errors[0]
-    saved = checkpoints.latest_step(str(run_dir))
-    assert saved is not None and saved < 16
-    resumed = api.resume(str(run_dir))  # the environment fixed: the run continues
-    assert resumed["steps"] == 512
 
 
 _DRIVER = """
@@ -339,10 +213,10 @@ def test_a_two_device_learner_with_two_actors_equals_the_one_device_learner(
     cluster, baseline, tmp_path
 ):
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    driver = _driver(_run(cluster[0]), tmp_path / "run", env=env, stderr=subprocess.PIPE)
+    driver = _driver(small_run(cluster[0]), tmp_path / "run", env=env, stderr=subprocess.PIPE)
     _, err = driver.communicate(timeout=600)
     assert driver.returncode == 0, err[-3000:]
-    ours, theirs = _params(tmp_path / "run"), _params(baseline[1])
+    ours, theirs = params(tmp_path / "run"), params(baseline[1])
     difference = max(float(np.max(np.abs(a - b))) for a, b in zip(ours, theirs, strict=True))
     assert 0 < difference < TOLERANCE  # another summation order, the same learning
 
@@ -411,29 +285,3 @@ def test_plain_runs_never_import_ray():
 
 
 # ---------------------------------------------------------------------------- learning
-
-
-@pytest.mark.slow
-def test_crr_learns_pendulum_with_two_actors(cluster, tmp_path):
-    """The Pendulum preset a user gets (`heron train crr --env gymnax:Pendulum-v1 --actors
-    2`), its experience from 2 actors: greedy >= -200 within the preset's 20k steps, the
-    claim of tests/test_learning.py's in-process run (seeds 0-2 on Ray: CRR_ON_RAY)."""
-    config, run = presets.preset("crr", "gymnax:Pendulum-v1")
-    run = dataclasses.replace(
-        run, seed=0, actors=2, ray_address=cluster[0], stop_at_return=-200.0
-    )
-    summary = api.train(api.build("crr", config, run), str(tmp_path / "run"))
-    assert summary["best_eval_return"] >= -200, _lines(tmp_path / "run", "eval")
-
-
-@pytest.mark.slow
-def test_ppo_solves_gymnasium_cartpole_with_two_actors(cluster, tmp_path):
-    """tests/test_learning.py's PPO threshold on Gymnasium CartPole, with 2 actors."""
-    from heron.agents import PPOConfig
-
-    run = RunConfig(
-        env="gym:CartPole-v1", steps=150_000, seed=0, actors=2, ray_address=cluster[0],
-        stop_at_return=475.0,
-    )  # fmt: skip
-    summary = api.train(api.build("ppo", PPOConfig(), run), str(tmp_path / "run"))
-    assert summary["best_eval_return"] >= 475

@@ -2,19 +2,18 @@ import json
 
 import jax.numpy as jnp
 import pytest
+import small_ppo
+from small_ppo import PPO as SMALL_PPO
+from small_ppo import build
 
 from heron.agents import ConfigError, PPOConfig
-from heron.api import build, resume, train
+from heron.api import train
 from heron.training import RunConfig, TrainingError, checkpoints
 from heron.training.driver import seed_keys
 
-SMALL_PPO = PPOConfig(unroll_length=16, batch_size=32, num_epochs=2)
-
 
 def small_run(**overrides):
-    settings = dict(steps=1024, num_envs=4, eval_every_n=8, n_evals=2, eval_temperatures=(0.0,))
-    settings.update(overrides)
-    return RunConfig(**settings)
+    return small_ppo.run(**{"eval_every_n": 8, "save_every_n": 16, **overrides})
 
 
 def test_mini_batch_must_divide_the_batch():
@@ -22,6 +21,7 @@ def test_mini_batch_must_divide_the_batch():
         build("ppo", PPOConfig(unroll_length=16, batch_size=48), small_run())
 
 
+@pytest.mark.user_compile
 @pytest.mark.parametrize("env", ["gymnax:CartPole-v1", "gym:CartPole-v1"])
 def test_same_seed_gives_identical_parameters(env, tmp_path):
     summaries = [
@@ -33,9 +33,8 @@ def test_same_seed_gives_identical_parameters(env, tmp_path):
     assert summaries[0]["final_eval_return"] == summaries[1]["final_eval_return"]
 
 
-def test_run_directory_contents(tmp_path):
-    run_dir = tmp_path / "run"
-    summary = train(build("ppo", SMALL_PPO, small_run(eval_every_n=4)), str(run_dir))
+def test_run_directory_contents(small_ppo_run):
+    run_dir, summary = small_ppo_run
     assert set(summary) >= {
         "run_dir",
         "steps",
@@ -89,7 +88,7 @@ def test_stop_at_return_ends_the_run_at_the_first_evaluation_that_reaches_it(tmp
     assert summary["final_eval_return"] == summary["best_eval_return"] >= 5.0
     assert checkpoints.latest_step(str(run_dir)) == 4
     with pytest.raises(ConfigError, match="ended at step 256: its greedy return reached"):
-        resume(str(run_dir))
+        small_ppo.resume(run_dir)
 
     unreached = train(
         build("ppo", SMALL_PPO, small_run(eval_every_n=4, stop_at_return=1e6)),

@@ -3,11 +3,10 @@
 import dataclasses
 import json
 import os
-import shutil
 
 import pytest
 import small_ppo
-from conftest import train_until_checkpoint
+from conftest import copy_run, train_until_checkpoint
 from small_ppo import PPO, build, resume
 
 from heron.agents import NetworkConfig
@@ -73,24 +72,8 @@ def test_gymnasium_resume_restarts_episodes_and_says_so(tmp_path, monkeypatch, c
     assert len(notes) == 1 and notes[0]["step"] == 8 * 64
 
 
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
-    """The shared small run trained to its end (checkpoints 8, 12, 16), for tests that
-    damage or edit a copy of it."""
-    run_dir = tmp_path_factory.mktemp("finished") / "run"
-    summary = train(build("ppo", PPO, small_run()), str(run_dir))
-    assert summary["steps"] == 1024
-    return run_dir
-
-
-def copy_of(run_dir, tmp_path) -> str:
-    copy = str(tmp_path / "run")
-    shutil.copytree(run_dir, copy)
-    return copy
-
-
-def test_an_interrupted_write_leaves_the_previous_checkpoint(finished_run, tmp_path):
-    run_dir = copy_of(finished_run, tmp_path)
+def test_an_interrupted_write_leaves_the_previous_checkpoint(small_ppo_run, tmp_path):
+    run_dir = copy_run(small_ppo_run.run_dir, tmp_path)
     # What a process killed while writing checkpoint 20 leaves behind: a temporary folder.
     partial = os.path.join(run_dir, "checkpoints", "20.orbax-checkpoint-tmp-1234567")
     os.makedirs(os.path.join(partial, "default"))
@@ -102,10 +85,10 @@ def test_an_interrupted_write_leaves_the_previous_checkpoint(finished_run, tmp_p
     assert main(["eval", run_dir, "--episodes", "2"]) == 0
 
 
-def test_corrupt_checkpoints_are_a_clear_error_and_nothing_is_overwritten(finished_run, tmp_path):
+def test_corrupt_checkpoints_are_a_clear_error_and_nothing_is_overwritten(small_ppo_run, tmp_path):
     """Every checkpoint damaged (a damaged latest one alone falls back to the one before: see
     tests/test_robustness.py)."""
-    run_dir = copy_of(finished_run, tmp_path)
+    run_dir = copy_run(small_ppo_run.run_dir, tmp_path)
     for step in checkpoints.all_steps(run_dir):
         manifest = os.path.join(run_dir, "checkpoints", str(step), "default", "manifest.ocdbt")
         with open(manifest, "wb") as f:
@@ -116,8 +99,8 @@ def test_corrupt_checkpoints_are_a_clear_error_and_nothing_is_overwritten(finish
     assert open(os.path.join(run_dir, "metrics.jsonl")).read() == before
 
 
-def test_resume_refuses_a_changed_shape(finished_run, tmp_path):
-    run_dir = copy_of(finished_run, tmp_path)
+def test_resume_refuses_a_changed_shape(small_ppo_run, tmp_path):
+    run_dir = copy_run(small_ppo_run.run_dir, tmp_path)
     config_path = os.path.join(run_dir, "config.json")
     config = json.load(open(config_path))
     config["ppo"]["network"]["hidden_sizes"] = [32, 32]

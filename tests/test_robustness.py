@@ -17,6 +17,7 @@ import gymnasium
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
+import small_ppo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,9 +31,8 @@ from heron.training.logging import RunLogger
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = [
-    "--steps", "128", "--num-envs", "4", "--n-evals", "2", "--eval-every-n", "1",
-    "--eval-temperatures", "0", "--save-every-n", "1", "--done-frac-for-policy-save", "0",
-    "--ppo.unroll-length", "16", "--ppo.batch-size", "32",
+    "--steps", "128", "--eval-every-n", "1", "--save-every-n", "1",
+    "--done-frac-for-policy-save", "0", *small_ppo.FLAGS,
 ]  # fmt: skip
 
 
@@ -260,6 +260,7 @@ def test_digests_are_written_and_verified(tiny_run):
         assert len(json.load(open(digest))) >= 5  # every file orbax wrote
 
 
+@pytest.mark.user_compile
 def test_a_corrupt_latest_checkpoint_falls_back_and_resume_completes(tiny_run, tmp_path, capsys):
     intact = copy_run(tiny_run, tmp_path / "intact")
     damaged = copy_run(tiny_run, tmp_path / "damaged")

@@ -10,28 +10,21 @@ import sys
 import time
 
 import pytest
+import small_ppo
+from conftest import copy_run
+from small_ppo import PPO, build
 
 from heron import api
-from heron.agents import NetworkConfig, PPOConfig
+from heron.agents import NetworkConfig
 from heron.configs import ConfigError
-from heron.training import RunConfig, checkpoints, rundir
+from heron.training import checkpoints, rundir
 
 HERON = os.path.join(os.path.dirname(sys.executable), "heron")
-SMALL = [
-    "--num-envs", "4", "--n-evals", "2", "--eval-every-n", "4", "--eval-temperatures", "0",
-    "--ppo.unroll-length", "16", "--ppo.batch-size", "32", "--ppo.num-epochs", "2",
-]  # fmt: skip
+SMALL = [*small_ppo.FLAGS, "--eval-every-n", "4"]
 
 
 def _small_run(**overrides):
-    settings = dict(
-        steps=1024, num_envs=4, n_evals=2, eval_every_n=4, eval_temperatures=(0.0,),
-        save_every_n=4, done_frac_for_policy_save=0.0,
-    )  # fmt: skip
-    return RunConfig(**{**settings, **overrides})
-
-
-SMALL_PPO = PPOConfig(unroll_length=16, batch_size=32, num_epochs=2)
+    return small_ppo.run(**overrides)
 
 
 def _start(run_dir, steps, *extra):
@@ -77,26 +70,30 @@ def test_a_second_writer_is_refused_while_the_first_runs(tmp_path):
     assert not (run_dir / rundir.LOCK).exists()  # released when it stopped
 
 
-def test_a_stale_lock_is_taken_over(tmp_path):
-    run_dir = str(tmp_path / "run")
-    api.train(api.build("ppo", SMALL_PPO, _small_run(steps=512)), run_dir)
+def test_a_stale_lock_is_taken_over(small_ppo_run, tmp_path):
+    run_dir = copy_run(small_ppo_run.run_dir, tmp_path)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     with open(os.path.join(run_dir, rundir.LOCK), "w") as f:
         json.dump({"pid": dead.pid, "host": os.uname().nodename}, f)
-    summary = api.resume(run_dir, steps=1024)
-    assert summary["steps"] == 1024 and not os.path.exists(os.path.join(run_dir, rundir.LOCK))
+    summary = small_ppo.resume(run_dir, steps=1280)
+    assert summary["steps"] == 1280 and not os.path.exists(os.path.join(run_dir, rundir.LOCK))
+
+
+@pytest.fixture(scope="module")
+def long_run(tmp_path_factory):
+    """The shared run for 128 iterations without a scheduled checkpoint, in this process:
+    what the signalled command-line runs below must end with once resumed."""
+    run_dir = tmp_path_factory.mktemp("long") / "run"
+    return api.train(build(run_config=_small_run(steps=8192, save_every_n=1000)), str(run_dir))
 
 
 @pytest.mark.parametrize("signal_number, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_a_signal_saves_a_checkpoint_and_resume_continues_exactly(tmp_path, signal_number, status):
-    straight = subprocess.run(
-        [HERON, "train", "ppo", "--run-dir", str(tmp_path / "a"), "--steps", "8192", *SMALL,
-         "--save-every-n", "1000"],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert straight.returncode == 0, straight.stderr
-    expected = json.loads(straight.stdout.splitlines()[-1])
+@pytest.mark.user_compile
+def test_a_signal_saves_a_checkpoint_and_resume_continues_exactly(
+    long_run, tmp_path, signal_number, status
+):
+    expected = long_run
     run_dir = tmp_path / "b"
     process = _start(run_dir, 8192, "--save-every-n", "1000")  # no scheduled checkpoint
     assert _wait_for(lambda: _progress_started(run_dir))
@@ -106,15 +103,16 @@ def test_a_signal_saves_a_checkpoint_and_resume_continues_exactly(tmp_path, sign
     assert "checkpoint" in err and f"heron train --resume {run_dir}" in err
     saved = checkpoints.latest_step(str(run_dir))
     assert saved is not None and saved < 128  # it stopped before the end, and saved first
-    resumed = api.resume(str(run_dir))
+    resumed = small_ppo.resume(run_dir)
     assert resumed["params_digest"] == expected["params_digest"]
 
 
+@pytest.mark.user_compile
 def test_a_run_that_failed_before_its_first_checkpoint_starts_again_on_resume(
     tmp_path, monkeypatch, capsys
 ):
     run_dir = str(tmp_path / "run")
-    setup = api.build("ppo", SMALL_PPO, _small_run())
+    setup = build("ppo", PPO, _small_run())
     program = setup.program()
 
     def out_of_memory(state):
@@ -128,16 +126,15 @@ def test_a_run_that_failed_before_its_first_checkpoint_starts_again_on_resume(
     monkeypatch.undo()
     assert checkpoints.latest_step(run_dir) is None and os.path.exists(f"{run_dir}/config.json")
     with pytest.raises(ConfigError, match="continue it with `heron train --resume`"):
-        api.train(api.build("ppo", SMALL_PPO, _small_run()), run_dir)  # a fresh start refuses
-    resumed = api.resume(run_dir)  # ... and --resume accepts it: it starts again
+        api.train(build("ppo", PPO, _small_run()), run_dir)  # a fresh start refuses
+    resumed = small_ppo.resume(run_dir)  # ... and --resume accepts it: it starts again
     assert "stopped before its first checkpoint: starting it again" in capsys.readouterr().err
-    fresh = api.train(api.build("ppo", SMALL_PPO, _small_run()), str(tmp_path / "fresh"))
+    fresh = api.train(build("ppo", PPO, _small_run()), str(tmp_path / "fresh"))
     assert resumed["params_digest"] == fresh["params_digest"]
 
 
-def test_the_best_evaluation_keeps_its_own_checkpoint(tmp_path):
-    run_dir = str(tmp_path / "run")
-    api.train(api.build("ppo", SMALL_PPO, _small_run(steps=2048, eval_every_n=2)), run_dir)
+def test_the_best_evaluation_keeps_its_own_checkpoint(small_ppo_run):
+    run_dir = str(small_ppo_run.run_dir)
     evals = [json.loads(x) for x in open(f"{run_dir}/metrics.jsonl") if '"eval"' in x]
     best = max(evals, key=lambda e: e["return_mean"])  # the first of equal bests is kept
     best_step = min(e["step"] for e in evals if e["return_mean"] == best["return_mean"])
@@ -148,22 +145,21 @@ def test_the_best_evaluation_keeps_its_own_checkpoint(tmp_path):
     assert policy.checkpoint == best_step // 64
 
 
-def test_a_hand_edited_config_is_refused_on_resume(tmp_path):
-    run_dir = str(tmp_path / "run")
-    api.train(api.build("ppo", SMALL_PPO, _small_run(steps=512)), run_dir)
+def test_a_hand_edited_config_is_refused_on_resume(small_ppo_run, tmp_path):
+    run_dir = copy_run(small_ppo_run.run_dir, tmp_path)
     path = os.path.join(run_dir, "config.json")
     config = json.load(open(path))
     config["ppo"]["learning_rate"] = 0.01  # keeps every array shape
     config["ppo"]["network"]["activation"] = "relu"
     json.dump(config, open(path, "w"))
     with pytest.raises(ConfigError) as error:
-        api.resume(run_dir, steps=1024)
+        small_ppo.resume(run_dir, steps=1280)
     message = str(error.value)
     assert "ppo.learning_rate: 0.002 -> 0.01" in message
     assert "ppo.network.activation: 'tanh' -> 'relu'" in message and "--steps" in message
     config["ppo"]["learning_rate"], config["ppo"]["network"]["activation"] = 0.002, "tanh"
     json.dump(config, open(path, "w"))
-    assert api.resume(run_dir, steps=1024)["steps"] == 1024  # a new budget is allowed
+    assert small_ppo.resume(run_dir, steps=1280)["steps"] == 1280  # a new budget is allowed
 
 
 def test_the_python_policy_acts_on_raw_observations(tmp_path):
@@ -171,7 +167,7 @@ def test_the_python_policy_acts_on_raw_observations(tmp_path):
 
     run_dir = str(tmp_path / "run")
     run = _small_run(steps=512, normalize_observations=True, len_history_for_policy=2)
-    api.train(api.build("ppo", SMALL_PPO, run), run_dir)
+    api.train(build("ppo", PPO, run), run_dir)
     policy = api.load(run_dir)
     observation = np.zeros(4, np.float32)
     assert policy(observation) in (0, 1)
@@ -205,7 +201,7 @@ def _parameters(setup):
     return {p: x for p, x in leaves_by_path(state.agent_state).items() if p[0] == "params"}
 
 
-def test_init_from_copies_exactly_the_matching_parameters(tmp_path, capsys):
+def test_init_from_copies_exactly_the_matching_parameters(small_ppo_run, capsys):
     import dataclasses
 
     import jax
@@ -213,18 +209,17 @@ def test_init_from_copies_exactly_the_matching_parameters(tmp_path, capsys):
 
     from heron.transfer import leaves_by_path
 
-    source_dir = str(tmp_path / "source")
-    api.train(api.build("ppo", SMALL_PPO, _small_run(steps=512)), source_dir)
+    source_dir = str(small_ppo_run.run_dir)
     source = leaves_by_path(jax.tree.map(lambda x: x[0], api.load_run(source_dir)[2].agent_state))
     run = _small_run(steps=512, init_from=source_dir)
 
-    same = _parameters(api.build("ppo", SMALL_PPO, run))  # fine-tuning: everything copied
+    same = _parameters(build("ppo", PPO, run))  # fine-tuning: everything copied
     assert "parameters copied, 0 initialised afresh" in capsys.readouterr().err
     for path, leaf in same.items():
         np.testing.assert_array_equal(leaf, source[path])
 
     recurrent = dataclasses.replace(
-        SMALL_PPO, network=NetworkConfig(core="lstm"), sequence_length=4, batch_size=8
+        PPO, network=NetworkConfig(core="lstm"), sequence_length=4, batch_size=8
     )
     setup = api.build("ppo", recurrent, run)
     partly = _parameters(setup)
@@ -236,19 +231,18 @@ def test_init_from_copies_exactly_the_matching_parameters(tmp_path, capsys):
         if path not in cores:  # torsos and heads: copied leaf by leaf
             np.testing.assert_array_equal(leaf, source[path])
 
-    narrower = dataclasses.replace(SMALL_PPO, network=NetworkConfig(hidden_sizes=(32,)))
+    narrower = dataclasses.replace(PPO, network=NetworkConfig(hidden_sizes=(32,)))
     with pytest.raises(ConfigError, match="parameters clash with the run to initialise from"):
         api.build("ppo", narrower, run)
 
 
-def test_a_resumed_run_does_not_read_the_run_it_was_initialised_from(tmp_path):
+def test_a_resumed_run_does_not_read_the_run_it_was_initialised_from(small_ppo_run, tmp_path):
     import shutil
 
-    source_dir = str(tmp_path / "source")
-    api.train(api.build("ppo", SMALL_PPO, _small_run(steps=256)), source_dir)
+    source_dir = copy_run(small_ppo_run.run_dir, tmp_path)
     run_dir = str(tmp_path / "run")
     run = _small_run(steps=512, init_from=source_dir)
-    api.train(api.build("ppo", SMALL_PPO, dataclasses_replace(run, steps=256)), run_dir)
+    api.train(build("ppo", PPO, dataclasses_replace(run, steps=256)), run_dir)
     shutil.rmtree(source_dir)  # gone: its parameters are in the run's checkpoint
     assert api.resume(run_dir, steps=512)["steps"] == 512
 
@@ -259,14 +253,12 @@ def dataclasses_replace(config, **changes):
     return dataclasses.replace(config, **changes)
 
 
-def test_a_video_of_the_policy(tmp_path, capsys):
+def test_a_video_of_the_policy(small_ppo_run, tmp_path, capsys):
     from PIL import Image
 
     from heron.cli import main
 
-    run_dir = tmp_path / "run"
-    assert main(["train", "ppo", "--run-dir", str(run_dir), "--steps", "256", *SMALL]) == 0
-    capsys.readouterr()
+    run_dir = small_ppo_run.run_dir
     out = tmp_path / "cartpole.gif"
     assert main(["eval", str(run_dir), "--episodes", "2", "--video", str(out)]) == 0
     line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

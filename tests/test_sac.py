@@ -354,21 +354,20 @@ def test_discrete_actions_are_refused_naming_the_spaces_sac_serves(spec):
 # ----------------------------------------------------------------- the CLI
 
 
+@pytest.mark.user_compile  # the contract run's programs (tests/test_contract.py), shared
 def test_sac_from_the_cli(tmp_path, capsys):
+    """The contract's SAC given on the command line: every option reaches the run's config."""
+    from contract_cases import CASES, RUN_FLAGS, flags
+
     from heron.cli import main
 
     run_dir = tmp_path / "run"
-    argv = [
-        "train", "sac", "--env", "gymnax:Pendulum-v1", "--preset", "none", "--steps", "256",
-        "--num-envs", "4", "--n-evals", "2", "--eval-temperatures", "0", "--run-dir",
-        str(run_dir), "--sac.network.hidden-sizes", "16", "16", "--sac.replay.min-size", "32",
-        "--sac.batch-size", "8", "--sac.tau", "0.01", "--sac.target-entropy", "-0.5",
-    ]  # fmt: skip
-    assert main(argv) == 0
+    argv = ["train", "sac", "--env", "gymnax:Pendulum-v1", "--preset", "none", "--steps", "256"]
+    assert main([*argv, *RUN_FLAGS, *flags("sac"), "--run-dir", str(run_dir)]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["steps"] == 256 and summary["final_eval_return"] is not None
     config = json.loads((run_dir / "config.json").read_text())
-    assert config["sac"]["tau"] == 0.01 and config["sac"]["target_entropy"] == -0.5
+    assert config["sac"] == json.loads(json.dumps(dataclasses.asdict(CASES["sac"].config)))
     lines = [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
     trained = [line for line in lines if line["kind"] == "train" and line["train/updates"] > 0]
     assert trained and all(np.isfinite(line["sac/alpha"]) for line in trained)

@@ -427,23 +427,22 @@ def test_recurrent_svg0_trains_through_the_driver(tmp_path):
     assert summary["steps"] == 256 and summary["final_eval_return"] is not None
 
 
+@pytest.mark.user_compile  # the contract run's programs (tests/test_contract.py), shared
 def test_svg0_with_prior_from_the_cli(tmp_path, capsys):
+    """The contract's SVG0 (with its prior) given on the command line: every option reaches
+    the run's config."""
+    from contract_cases import CASES, RUN_FLAGS, flags
+
     from heron.cli import main
 
     run_dir = tmp_path / "run"
-    argv = [
-        "train", "svg0", "--env", "gymnax:Pendulum-v1", "--steps", "256", "--num-envs", "4",
-        "--n-evals", "2", "--eval-temperatures", "0", "--run-dir", str(run_dir),
-        "--svg0.prior", "--svg0.network.hidden-sizes", "16", "16",
-        "--svg0.replay.min-size", "32", "--svg0.batch-size", "8", "--svg0.sequence-length", "4",
-        "--svg0.retrace-lambda", "0.9", "--svg0.exploration-noise", "0.2",
-    ]  # fmt: skip
-    assert main(argv) == 0
+    argv = ["train", "svg0", "--env", "gymnax:Pendulum-v1", "--preset", "none", "--steps", "256"]
+    assert main([*argv, *RUN_FLAGS, *flags("svg0"), "--run-dir", str(run_dir)]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["steps"] == 256 and summary["final_eval_return"] is not None
     config = json.loads((run_dir / "config.json").read_text())
-    assert config["svg0"]["prior"] is True and config["svg0"]["retrace_lambda"] == 0.9
-    assert config["svg0"]["sequence_length"] == 4
+    assert config["svg0"]["prior"] is True and config["svg0"]["sequence_length"] == 3
+    assert config["svg0"] == json.loads(json.dumps(dataclasses.asdict(CASES["svg0"].config)))
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import build
 
 import heron
 from heron import serialization
@@ -194,7 +195,7 @@ def test_several_controls_act_with_a_log_prob_per_control(vocab_size):
 def test_token_ppo_runs_through_the_api(tmp_path):
     config = PPOConfig(vocab_size=16, tokens=TINY, unroll_length=16, batch_size=32)
     run = heron.RunConfig(steps=512, num_envs=4, n_evals=2, eval_every_n=8)
-    summary = heron.train(heron.build("ppo", config, run), str(tmp_path / "run"))
+    summary = heron.train(build("ppo", config, run), str(tmp_path / "run"))  # as the CLI's
     assert summary["steps"] == 512 and summary["final_eval_return"] > 0
     recorded = json.loads((tmp_path / "run" / "config.json").read_text())
     assert recorded["ppo"]["vocab_size"] == 16 and recorded["ppo"]["tokens"]["width"] == 16

@@ -6,6 +6,7 @@ import json
 import jax
 import numpy as np
 import pytest
+from conftest import build
 
 import heron
 from heron import agents, api, transfer, world_model
@@ -28,8 +29,8 @@ def dataset(tmp_path_factory):
     """CartPole episodes collected from a (barely trained) token PPO policy."""
     root = tmp_path_factory.mktemp("world_model")
     config = PPOConfig(vocab_size=16, tokens=TINY, unroll_length=16, batch_size=32)
-    run = heron.RunConfig(steps=512, num_envs=4, n_evals=1, eval_every_n=100)
-    heron.train(heron.build("ppo", config, run), str(root / "policy"))
+    run = heron.RunConfig(steps=512, num_envs=4, n_evals=2, eval_every_n=100)
+    heron.train(build("ppo", config, run), str(root / "policy"))  # test_token_policy's run
     api.collect(str(root / "policy"), 60, str(root / "data"))
     return root / "data"
 
