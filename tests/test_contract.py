@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 from conftest import build, resume
@@ -18,6 +19,7 @@ from contract_cases import CASES
 
 from heron import agents, api
 from heron.training import RunConfig, checkpoints
+from heron.training.driver import seed_keys
 
 NAMES = sorted(CASES)
 
@@ -73,6 +75,24 @@ def test_several_seeds_in_one_program(name, tmp_path):
     last = [line for line in lines if line["kind"] == "eval" and line["step"] == 512]
     pairs = sorted((line["seed"], line["temperature"]) for line in last)
     assert pairs == [(3, 0.0), (3, 1.0), (4, 0.0), (4, 1.0)]  # each seed at each temperature
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fresh_iterated_and_restored_states_have_the_same_types(name):
+    """One iteration program whatever the state comes from: init, an iteration, or a
+    checkpoint (restored leaves are never weakly typed). Gymnax's Python numbers in env
+    states made init's leaves weak and an iteration's strong: Pendulum runs compiled the
+    iteration twice, and every resume once more. Traced only, nothing compiled."""
+    case = CASES[name]
+    program = api.build(name, case.config, _run(case.jax_env)).program()
+    fresh = jax.eval_shape(program.init, seed_keys([0]))
+    iterated = jax.eval_shape(program.iteration, fresh)[0]
+    restored = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), fresh)
+
+    def types(state):
+        return [(x.shape, x.dtype, x.weak_type) for x in jax.tree.leaves(state)]
+
+    assert types(fresh) == types(iterated) == types(restored)
 
 
 KILL_AT = 10  # the iteration after which the second process is SIGKILLed (checkpoint 8 saved)
