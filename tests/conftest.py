@@ -154,16 +154,24 @@ def compiled_as_users(node) -> bool:
 
 
 @contextlib.contextmanager
-def _compile_settings(node):
-    if not compiled_as_users(node):
-        yield
-        return
+def users_compile():
+    """Compiles as users' runs do inside the block (for a module fixture that a
+    ``user_compile`` test compares with: the module's other tests compile fast)."""
     before = jax.config.read("jax_disable_most_optimizations")
     _fast_compile(False)
     try:
         yield
     finally:
         _fast_compile(before)
+
+
+@contextlib.contextmanager
+def _compile_settings(node):
+    if not compiled_as_users(node):
+        yield
+        return
+    with users_compile():
+        yield
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -130,7 +130,7 @@ def test_schedules_from_the_command_line(tmp_path, capsys):
     assert config["ppo"]["entropy_cost"] == "linear(0.01, 0.0, 64)"
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     values = [line["schedule/entropy_cost"] for line in lines if line["kind"] == "train"]
-    assert values[0] == pytest.approx(0.01 * (1 - 3.5 / 64), rel=1e-5)  # mean of steps 0..7
+    assert values[0] == pytest.approx(0.01 * (1 - 1.5 / 64), rel=1e-5)  # mean of updates 0..3
     assert values[-1] == 0.0
     capsys.readouterr()
     assert (

@@ -11,7 +11,7 @@ import time
 
 import pytest
 import small_ppo
-from conftest import copy_run
+from conftest import copy_run, users_compile
 from small_ppo import PPO, build
 
 from heron import api
@@ -85,7 +85,8 @@ def long_run(tmp_path_factory):
     """The shared run for 128 iterations without a scheduled checkpoint, in this process:
     what the signalled command-line runs below must end with once resumed."""
     run_dir = tmp_path_factory.mktemp("long") / "run"
-    return api.train(build(run_config=_small_run(steps=8192, save_every_n=1000)), str(run_dir))
+    with users_compile():  # as the signalled runs are
+        return api.train(build(run_config=_small_run(steps=8192, save_every_n=1000)), str(run_dir))
 
 
 @pytest.mark.parametrize("signal_number, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])

@@ -30,6 +30,7 @@ LATEST = "checkpoints"  # the last few checkpoints
 BEST = "best"  # the checkpoint of the best greedy evaluation
 ITEM = "default"  # orbax's folder for the one item of a checkpoint
 UNREADABLE_DIR = "checkpoints_unreadable"  # beside checkpoints/, outside orbax's folder
+SUPERSEDED_BEST_DIR = "best_superseded"  # a best checkpoint of a step redone on resume
 
 
 class CheckpointError(ValueError):
@@ -136,8 +137,10 @@ class Checkpointer:
 
     def save(self, step: int, state, record: dict | None = None) -> None:
         """Saves ``state`` as checkpoint ``step``, with the run's config ``record`` beside it.
-        A folder already there for ``step`` (one ``restore`` skipped as unreadable) is moved
-        to ``checkpoints_unreadable/`` first."""
+        A folder already there for ``step`` is moved aside first: to
+        ``checkpoints_unreadable/`` for the latest checkpoints (one ``restore`` skipped as
+        unreadable), to ``best_superseded/`` for the best evaluation's (its step redone after
+        a resume from an earlier checkpoint)."""
         with _quiet_orbax():
             if step in self._manager.all_steps():
                 self._set_aside(step)
@@ -162,7 +165,8 @@ class Checkpointer:
                 shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
 
     def _set_aside(self, step: int) -> None:
-        aside = os.path.join(self._run_dir, UNREADABLE_DIR)
+        folder = UNREADABLE_DIR if self._kind == LATEST else SUPERSEDED_BEST_DIR
+        aside = os.path.join(self._run_dir, folder)
         os.makedirs(aside, exist_ok=True)
         name, count = str(step), 1
         while os.path.exists(os.path.join(aside, name)):
