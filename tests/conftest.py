@@ -195,7 +195,6 @@ def _test_compile_settings(request):
 # built the fixtures again (two Ray instances on 2 cores).
 ONE_WORKER_MODULES = (
     "test_distributed.py",
-    "test_distributed_runs.py",
     "test_parallel.py",
     "test_world_model.py",
 )

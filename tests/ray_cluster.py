@@ -1,10 +1,9 @@
-"""What tests/test_distributed.py and tests/test_distributed_runs.py share: a local Ray
-instance per module (bound to 127.0.0.1, 4 counted CPUs, a small object store) and their
-small runs (PPO's contract case on CartPole, 2 actors of 2 envs). Faults are injected by the
-environments of tests/ray_envs.py, armed by files: exactly one fault where one is asked
-for, never by chance. Each module runs on one xdist worker (tests/conftest.py), the two
-side by side; their runs are compared bit for bit, so they compile as users' runs do (the
-actors inherit the setting from the instance)."""
+"""What tests/test_distributed.py's runs share: a local Ray instance for the module (bound to
+127.0.0.1, 4 counted CPUs, a small object store) and its small runs (PPO's contract case on
+CartPole, 2 actors of 2 envs). Faults are injected by the environments of tests/ray_envs.py,
+armed by files: exactly one fault where one is asked for, never by chance. Runs are compared
+bit for bit, so they compile as users' runs do (the actors inherit the setting from the
+instance)."""
 
 from __future__ import annotations
 
