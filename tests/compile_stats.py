@@ -13,6 +13,7 @@ import collections
 import os
 import threading
 
+import jax
 import pytest
 from jax import monitoring
 
@@ -23,7 +24,8 @@ CACHE_HIT = "/jax/compilation_cache/cache_hits"
 FIELDS = ("traces", "trace_s", "lowerings", "lower_s", "backend", "backend_s", "cache_hits")
 
 # HERON_TEST_COMPILE_LOG=FILE: one line per program XLA compiled or read from the cache
-# (test, function, seconds, whether it was a cache hit), for finding what a test compiles.
+# (seconds, cache hit or XLA, fast or full optimisations, function, test), for finding
+# what a test compiles.
 LOG = os.environ.get("HERON_TEST_COMPILE_LOG")
 
 _lock = threading.Lock()
@@ -41,8 +43,10 @@ def _on_duration(event: str, seconds: float, fun_name: str = "?", **_) -> None:
         _totals[names[1]] += seconds
         hit, _current["hit"] = _current["hit"], False
     if LOG and event == BACKEND:
+        flags = "fast" if jax.config.read("jax_disable_most_optimizations") else "full"
         with open(LOG, "a") as f:
-            f.write(f"{seconds:8.3f} {'hit ' if hit else 'xla '} {fun_name} {_current['test']}\n")
+            line = f"{seconds:8.3f} {'hit' if hit else 'xla'} {flags} {fun_name} {_current['test']}"
+            f.write(line + "\n")
 
 
 def _on_event(event: str, **_) -> None:

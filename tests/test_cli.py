@@ -123,15 +123,15 @@ def test_schedules_from_the_command_line(tmp_path, capsys):
         str(run_dir),
         *SMALL,
         "--ppo.entropy-cost",
-        "linear(0.01, 0.0, 64)",
+        "linear(0.01, 0.0, 32)",
     ]
     assert main(argv) == 0
     config = json.loads((run_dir / "config.json").read_text())
-    assert config["ppo"]["entropy_cost"] == "linear(0.01, 0.0, 64)"
+    assert config["ppo"]["entropy_cost"] == "linear(0.01, 0.0, 32)"
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     values = [line["schedule/entropy_cost"] for line in lines if line["kind"] == "train"]
-    assert values[0] == pytest.approx(0.01 * (1 - 1.5 / 64), rel=1e-5)  # mean of updates 0..3
-    assert values[-1] == 0.0
+    assert values[0] == pytest.approx(0.01 * (1 - 1.5 / 32), rel=1e-5)  # mean of updates 0..3
+    assert values[-1] == 0.0  # 64 updates in all: the schedule ended after 32
     capsys.readouterr()
     assert (
         main(
