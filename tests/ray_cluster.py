@@ -50,7 +50,7 @@ def small_run(address, **overrides) -> RunConfig:
     settings = dict(
         env=JAX_ENV,
         env_module="ray_envs",
-        steps=1024,  # 32 iterations of 32 steps
+        steps=512,  # 16 iterations of 32 steps
         num_envs=4,
         actors=2,
         ray_address=address,
