@@ -193,11 +193,7 @@ def _test_compile_settings(request):
 # pytest 9: xdist 3.8 tags a test by rewriting ``item._nodeid``, which pytest 9 no longer
 # reads, so every test of such a module went to whichever worker was free, and each worker
 # built the fixtures again (two Ray instances on 2 cores).
-ONE_WORKER_MODULES = (
-    "test_distributed.py",
-    "test_parallel.py",
-    "test_world_model.py",
-)
+ONE_WORKER_MODULES = ("test_distributed.py", "test_parallel.py", "test_world_model.py")
 
 
 def pytest_collection_modifyitems(config, items):

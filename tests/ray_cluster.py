@@ -13,7 +13,7 @@ import os
 import jax
 import pytest
 import ray_envs
-from contract_cases import CASES
+from contract_cases import CASES, flags
 
 from heron import api
 from heron.distributed import cluster as ray_cluster
@@ -61,6 +61,17 @@ def small_run(address, **overrides) -> RunConfig:
         done_frac_for_policy_save=0.0,
     )
     return RunConfig(**{**settings, **overrides}, dist=dist)
+
+
+def small_run_argv(address, run_dir, env: str, steps: int) -> list[str]:
+    """``heron train`` options of ``small_run`` (with ``env`` and ``steps``), to add schedules
+    and ``--dist.*`` options to."""
+    return [
+        "train", "ppo", "--env", env, "--env-module", "ray_envs", "--steps", str(steps),
+        "--num-envs", "4", "--actors", "2", "--ray-address", address, "--run-dir", str(run_dir),
+        "--n-evals", "2", "--eval-temperatures", "0.0", "--done-frac-for-policy-save", "0",
+        *flags("ppo"),
+    ]  # fmt: skip
 
 
 def train(run: RunConfig, run_dir) -> dict:

@@ -20,7 +20,17 @@ import numpy as np
 import psutil
 import pytest
 import ray_envs
-from ray_cluster import GYM_ENV, JAX_ENV, MARKS, TESTS, lines, params, small_run, train
+from ray_cluster import (
+    GYM_ENV,
+    JAX_ENV,
+    MARKS,
+    TESTS,
+    lines,
+    params,
+    small_run,
+    small_run_argv,
+    train,
+)
 
 from heron import api, cli, presets
 from heron.run_config import DistConfig, RunConfig
@@ -185,13 +195,8 @@ def test_sigterm_then_sigkill_of_the_driver_then_resume_equals_the_uninterrupted
     """The baseline's run from the command line: SIGTERM saves and stops it cleanly; its
     resumption is SIGKILLed; resuming again ends exactly where the uninterrupted run did."""
     run_dir = tmp_path / "run"
-    argv = [
-        "train", "ppo", "--env", JAX_ENV, "--env-module", "ray_envs", "--steps", "512",
-        "--num-envs", "4", "--actors", "2", "--ray-address", cluster[0], "--run-dir",
-        str(run_dir), "--n-evals", "2", "--eval-every-n", "16", "--eval-temperatures", "0.0",
-        "--save-every-n", "2", "--done-frac-for-policy-save", "0",
-        "--ppo.unroll-length", "8", "--ppo.batch-size", "16", "--ppo.num-epochs", "2",
-    ]  # fmt: skip
+    argv = small_run_argv(cluster[0], run_dir, JAX_ENV, 512)
+    argv += ["--eval-every-n", "16", "--save-every-n", "2"]
     first = _cli_process(argv, tmp_path / "first.log")
     _wait_for_checkpoint_after(run_dir, 0, first)
     first.send_signal(signal.SIGTERM)
@@ -222,7 +227,9 @@ def test_a_two_device_learner_with_two_actors_equals_the_one_device_learner(
     assert 0 < difference < TOLERANCE  # another summation order, the same learning
 
 
-# ---------------------------------------------------------------------------- other drivers, faults
+# ------------------------------------------------------------------- other drivers, faults
+
+
 def test_one_actor_equals_the_in_process_run(cluster, tmp_path):
     run = small_run(cluster[0], actors=1, steps=256)
     on_ray = train(run, tmp_path / "ray")
@@ -270,13 +277,8 @@ def test_an_environment_that_raises_once_is_recovered(cluster, tmp_path, capfd):
 def test_an_environment_that_always_raises_stops_the_run_in_one_line(cluster, tmp_path, capfd):
     ray_envs.arm(cluster[1], ray_envs.RAISE_ALWAYS)
     run_dir = tmp_path / "run"
-    argv = [
-        "train", "ppo", "--env", GYM_ENV, "--env-module", "ray_envs", "--steps", "256",
-        "--num-envs", "4", "--actors", "2", "--ray-address", cluster[0], "--run-dir",
-        str(run_dir), "--n-evals", "2", "--eval-temperatures", "0.0", "--save-every-n", "1",
-        "--done-frac-for-policy-save", "0", "--dist.max-actor-restarts", "1",
-        "--ppo.unroll-length", "8", "--ppo.batch-size", "16", "--ppo.num-epochs", "2",
-    ]  # fmt: skip
+    argv = small_run_argv(cluster[0], run_dir, GYM_ENV, 256)
+    argv += ["--save-every-n", "1", "--dist.max-actor-restarts", "1"]
     try:
         status = cli.main(argv)
     finally:

@@ -15,10 +15,6 @@ from heron.training import checkpoints
 from heron.training.checkpoints import CheckpointError
 
 
-def small_run(**overrides):
-    return small_ppo.run(**overrides)
-
-
 def metrics(run_dir, after_step=-1):
     lines = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
     return [
@@ -50,7 +46,7 @@ RECURRENT_PPO = dataclasses.replace(
 )
 def test_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch, overrides, ppo):
     """16 iterations straight, and stopped after checkpoint 8 then resumed."""
-    run = small_run(**overrides)
+    run = small_ppo.run(**overrides)
     straight = train(build("ppo", ppo, run), str(tmp_path / "straight"))
     interrupted = str(tmp_path / "interrupted")
     train_until_checkpoint(monkeypatch, build("ppo", ppo, run), interrupted, kill_at=8)
@@ -62,7 +58,7 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch, override
 
 
 def test_gymnasium_resume_restarts_episodes_and_says_so(tmp_path, monkeypatch, capsys):
-    run = small_run(env="gym:CartPole-v1")
+    run = small_ppo.run(env="gym:CartPole-v1")
     run_dir = str(tmp_path / "run")
     train_until_checkpoint(monkeypatch, build("ppo", PPO, run), run_dir, kill_at=8)
     summary = resume(run_dir)
@@ -114,7 +110,7 @@ def _train_params(seed, seeds, iterations=16):
 
     from heron.training.driver import seed_keys
 
-    setup = build("ppo", PPO, small_run(seed=seed, seeds=seeds))
+    setup = build("ppo", PPO, small_ppo.run(seed=seed, seeds=seeds))
     program = setup.program()
     state = program.init(seed_keys(setup.seeds))
     for _ in range(iterations):
@@ -133,7 +129,7 @@ def test_several_seeds_report_per_seed_and_follow_the_single_runs(tmp_path):
     from heron.api import load_run
 
     run_dir = tmp_path / "three"
-    summary = train(build("ppo", PPO, small_run(seed=5, seeds=3)), str(run_dir))
+    summary = train(build("ppo", PPO, small_ppo.run(seed=5, seeds=3)), str(run_dir))
     per_seed = summary["per_seed"]
     assert [s["seed"] for s in per_seed] == [5, 6, 7]
     assert summary["final_eval_return"] == pytest.approx(
@@ -161,11 +157,11 @@ def test_seeds_need_a_jax_environment():
     from heron.agents import ConfigError
 
     with pytest.raises(ConfigError, match="seeds=2 needs a JAX environment"):
-        build("ppo", PPO, small_run(env="gym:CartPole-v1", seeds=2))
+        build("ppo", PPO, small_ppo.run(env="gym:CartPole-v1", seeds=2))
 
 
 @pytest.mark.parametrize("done_frac, expected", [(0.0, ["12", "14", "16"]), (1e6, ["16"])])
 def test_trax_save_rule(tmp_path, done_frac, expected):
-    run = small_run(steps=1024, save_every_n=2, done_frac_for_policy_save=done_frac)
+    run = small_ppo.run(steps=1024, save_every_n=2, done_frac_for_policy_save=done_frac)
     train(build("ppo", PPO, run), str(tmp_path / "run"))
     assert sorted(os.listdir(tmp_path / "run" / "checkpoints"), key=int) == expected

@@ -18,7 +18,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 import small_ppo
-from conftest import users_compile
+from conftest import copy_run, users_compile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -46,12 +46,6 @@ def tiny_run(tmp_path_factory):
         assert main(["train", "ppo", "--run-dir", str(run_dir), *TINY]) == 0
     assert checkpoints.all_steps(str(run_dir)) == [1, 2]
     return run_dir
-
-
-def copy_run(run_dir, tmp_path) -> str:
-    copy = tmp_path / "copy"
-    shutil.copytree(run_dir, copy)
-    return str(copy)
 
 
 def one_error_line(err: str) -> str:

@@ -23,10 +23,6 @@ HERON = os.path.join(os.path.dirname(sys.executable), "heron")
 SMALL = [*small_ppo.FLAGS, "--eval-every-n", "4"]
 
 
-def _small_run(**overrides):
-    return small_ppo.run(**overrides)
-
-
 def _start(run_dir, steps, *extra):
     return subprocess.Popen(
         [HERON, "train", "ppo", "--run-dir", str(run_dir), "--steps", str(steps), *SMALL, *extra],
@@ -86,7 +82,8 @@ def long_run(tmp_path_factory):
     what the signalled command-line runs below must end with once resumed."""
     run_dir = tmp_path_factory.mktemp("long") / "run"
     with users_compile():  # as the signalled runs are
-        return api.train(build(run_config=_small_run(steps=8192, save_every_n=1000)), str(run_dir))
+        run = small_ppo.run(steps=8192, save_every_n=1000)
+        return api.train(build(run_config=run), str(run_dir))
 
 
 @pytest.mark.parametrize("signal_number, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
@@ -113,7 +110,7 @@ def test_a_run_that_failed_before_its_first_checkpoint_starts_again_on_resume(
     tmp_path, monkeypatch, capsys
 ):
     run_dir = str(tmp_path / "run")
-    setup = build("ppo", PPO, _small_run())
+    setup = build("ppo", PPO, small_ppo.run())
     program = setup.program()
 
     def out_of_memory(state):
@@ -127,10 +124,10 @@ def test_a_run_that_failed_before_its_first_checkpoint_starts_again_on_resume(
     monkeypatch.undo()
     assert checkpoints.latest_step(run_dir) is None and os.path.exists(f"{run_dir}/config.json")
     with pytest.raises(ConfigError, match="continue it with `heron train --resume`"):
-        api.train(build("ppo", PPO, _small_run()), run_dir)  # a fresh start refuses
+        api.train(build("ppo", PPO, small_ppo.run()), run_dir)  # a fresh start refuses
     resumed = small_ppo.resume(run_dir)  # ... and --resume accepts it: it starts again
     assert "stopped before its first checkpoint: starting it again" in capsys.readouterr().err
-    fresh = api.train(build("ppo", PPO, _small_run()), str(tmp_path / "fresh"))
+    fresh = api.train(build("ppo", PPO, small_ppo.run()), str(tmp_path / "fresh"))
     assert resumed["params_digest"] == fresh["params_digest"]
 
 
@@ -167,7 +164,7 @@ def test_the_python_policy_acts_on_raw_observations(tmp_path):
     import numpy as np
 
     run_dir = str(tmp_path / "run")
-    run = _small_run(steps=512, normalize_observations=True, len_history_for_policy=2)
+    run = small_ppo.run(steps=512, normalize_observations=True, len_history_for_policy=2)
     api.train(build("ppo", PPO, run), run_dir)
     policy = api.load(run_dir)
     observation = np.zeros(4, np.float32)
@@ -212,7 +209,7 @@ def test_init_from_copies_exactly_the_matching_parameters(small_ppo_run, capsys)
 
     source_dir = str(small_ppo_run.run_dir)
     source = leaves_by_path(jax.tree.map(lambda x: x[0], api.load_run(source_dir)[2].agent_state))
-    run = _small_run(steps=512, init_from=source_dir)
+    run = small_ppo.run(steps=512, init_from=source_dir)
 
     same = _parameters(build("ppo", PPO, run))  # fine-tuning: everything copied
     assert "parameters copied, 0 initialised afresh" in capsys.readouterr().err
@@ -242,7 +239,7 @@ def test_a_resumed_run_does_not_read_the_run_it_was_initialised_from(small_ppo_r
 
     source_dir = copy_run(small_ppo_run.run_dir, tmp_path)
     run_dir = str(tmp_path / "run")
-    run = _small_run(steps=512, init_from=source_dir)
+    run = small_ppo.run(steps=512, init_from=source_dir)
     api.train(build("ppo", PPO, dataclasses_replace(run, steps=256)), run_dir)
     shutil.rmtree(source_dir)  # gone: its parameters are in the run's checkpoint
     assert api.resume(run_dir, steps=512)["steps"] == 512
