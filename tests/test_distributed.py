@@ -2,7 +2,7 @@
 tests/ray_cluster.py): the synchronous baseline run every exactness test compares with (a
 repeat with an actor SIGKILLed, the driver stopped by SIGTERM and SIGKILL and resumed, a
 two-device learner), servers on loopback only, one actor against the in-process run, policy
-lag, the asynchronous driver with an actor SIGKILLed, environments that raise once or always,
+lag, the asynchronous driver with an actor SIGKILLed, an environment that raises always (then once, resumed),
 bad input, and learning with two actors. The module runs on one xdist worker (one Ray
 instance on 2 cores)."""
 
@@ -24,6 +24,7 @@ from ray_cluster import (
     GYM_ENV,
     JAX_ENV,
     MARKS,
+    PPO,
     TESTS,
     lines,
     params,
@@ -42,10 +43,18 @@ TOLERANCE = 1e-4  # tests/test_parallel.py's for a trained run on two devices
 
 
 @pytest.fixture(scope="module")
-def baseline(cluster, tmp_path_factory):
+def baseline_setup(cluster):
+    """The built synchronous 2-actor run: trained again, it runs the programs compiled for
+    the baseline (programs with host callbacks, as every Ray run's iteration is, never
+    enter JAX's persistent cache)."""
+    return api.build("ppo", PPO, small_run(cluster[0]))
+
+
+@pytest.fixture(scope="module")
+def baseline(baseline_setup, tmp_path_factory):
     """The synchronous 2-actor run every exactness test compares with."""
     run_dir = tmp_path_factory.mktemp("baseline") / "run"
-    return train(small_run(cluster[0]), run_dir), run_dir
+    return api.train(baseline_setup, str(run_dir)), run_dir
 
 
 def _listening_addresses(pids) -> set[str]:
@@ -103,11 +112,12 @@ def test_the_local_instance_heron_starts_listens_on_loopback_only(tmp_path):
 
 
 def test_a_synchronous_run_repeats_exactly_even_when_an_actor_is_killed(
-    cluster, baseline, tmp_path
+    cluster, baseline_setup, baseline, tmp_path
 ):
     """The baseline takes one unroll of each actor per iteration, made with the newest
-    parameters; a second run of it whose actor 0 is SIGKILLed mid-run (and restarted from
-    its last snapshot) ends with the very same parameters."""
+    parameters; a second run of it (the same setup trained again) whose actor 0 is
+    SIGKILLed mid-run (and restarted from its last snapshot) ends with the very same
+    parameters."""
     summary, run_dir = baseline
     assert summary["dist"]["actors"] == 2 and summary["dist"]["actor_restarts"] == 0
     assert len(summary["dist"]["actor_steps_per_s"]) == 2
@@ -120,7 +130,7 @@ def test_a_synchronous_run_repeats_exactly_even_when_an_actor_is_killed(
         assert line["dist/policy_lag_max"] == 0.0
 
     ray_envs.arm(cluster[1], ray_envs.KILL)
-    again = train(small_run(cluster[0]), tmp_path / "run")
+    again = api.train(baseline_setup, str(tmp_path / "run"))
     assert not os.path.exists(os.path.join(cluster[1], ray_envs.KILL))  # it fired
     assert again["dist"]["actor_restarts"] == 1
     assert again["dist"]["unrolls_lost"] == 0
@@ -265,16 +275,12 @@ def test_sigkill_of_an_actor_in_an_asynchronous_run(cluster, tmp_path):
         assert sum(taken) == 2 * line["iteration"]
 
 
-def test_an_environment_that_raises_once_is_recovered(cluster, tmp_path, capfd):
-    ray_envs.arm(cluster[1], ray_envs.RAISE_ONCE)
-    summary = train(small_run(cluster[0], env=GYM_ENV, steps=256), tmp_path / "run")
-    assert summary["dist"]["actor_restarts"] == 1 and summary["steps"] == 256
-    err = capfd.readouterr().err
-    assert "RuntimeError: environment broke at step" in err
-    assert "Gymnasium environments start fresh episodes" in err
-
-
-def test_an_environment_that_always_raises_stops_the_run_in_one_line(cluster, tmp_path, capfd):
+def test_an_environment_that_always_raises_stops_the_run_in_one_line_and_once_is_recovered(
+    cluster, tmp_path, capfd
+):
+    """A Gymnasium environment that raises in every incarnation of its actor stops the run
+    in one line once ``dist.max_actor_restarts`` is spent, its last checkpoint kept; resumed
+    with the environment raising once more, the actor is restarted and the run ends."""
     ray_envs.arm(cluster[1], ray_envs.RAISE_ALWAYS)
     run_dir = tmp_path / "run"
     argv = small_run_argv(cluster[0], run_dir, GYM_ENV, 256)
@@ -289,9 +295,16 @@ def test_an_environment_that_always_raises_stops_the_run_in_one_line(cluster, tm
     assert "RuntimeError: environment broke at step" in errors[0]
     assert "dist.max_actor_restarts=1" in errors[0]
     saved = checkpoints.latest_step(str(run_dir))
-    assert saved is not None and saved < 8
-    resumed = api.resume(str(run_dir))  # the environment fixed: the run continues
+    assert saved is not None and saved <= 4  # the resumption's actors step past FAULT_AFTER
+    restarts = next(line for line in lines(run_dir) if line["iteration"] == saved)
+    ray_envs.arm(cluster[1], ray_envs.RAISE_ONCE)
+    resumed = api.resume(str(run_dir))
+    assert not os.path.exists(os.path.join(cluster[1], ray_envs.RAISE_ONCE))  # it fired
     assert resumed["steps"] == 256
+    assert resumed["dist"]["actor_restarts"] == restarts["dist/actor_restarts"] + 1
+    err = capfd.readouterr().err
+    assert "RuntimeError: environment broke at step" in err
+    assert "Gymnasium environments start fresh episodes" in err
 
 
 # ---------------------------------------------------------------------------- bad input
