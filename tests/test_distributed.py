@@ -2,9 +2,9 @@
 tests/ray_cluster.py): the synchronous baseline run every exactness test compares with (a
 repeat with an actor SIGKILLed, the driver stopped by SIGTERM and SIGKILL and resumed, a
 two-device learner), servers on loopback only, one actor against the in-process run, policy
-lag, the asynchronous driver with an actor SIGKILLed, an environment that raises always (then once, resumed),
-bad input, and learning with two actors. The module runs on one xdist worker (one Ray
-instance on 2 cores)."""
+lag, the asynchronous driver with an actor SIGKILLed, an environment that always raises
+(resumed, it raises once), bad input, and learning with two actors. The module runs on one
+xdist worker (one Ray instance on 2 cores)."""
 
 from __future__ import annotations
 
