@@ -166,6 +166,18 @@ def users_compile():
 
 
 @contextlib.contextmanager
+def unit_compile():
+    """Compiles as unit tests do inside the block (the part of a ``user_compile`` test that
+    checks no exactness and no learning)."""
+    before = jax.config.read("jax_disable_most_optimizations")
+    _fast_compile(True)
+    try:
+        yield
+    finally:
+        _fast_compile(before)
+
+
+@contextlib.contextmanager
 def _compile_settings(node):
     if not compiled_as_users(node):
         yield

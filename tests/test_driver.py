@@ -24,9 +24,15 @@ def test_mini_batch_must_divide_the_batch():
 @pytest.mark.user_compile
 @pytest.mark.parametrize("env", ["gymnax:CartPole-v1", "gym:CartPole-v1"])
 def test_same_seed_gives_identical_parameters(env, tmp_path):
+    """A setup trained twice ends the same; another seed does not. (Trained twice rather
+    than built twice: a Gymnasium env's programs have host callbacks, which JAX's persistent
+    cache never keeps, so a second build would compile them again. A rebuilt run's equality
+    is the resume and SIGKILL tests' claim.)"""
+    seed_3 = build("ppo", SMALL_PPO, small_run(env=env, seed=3))
+    seed_4 = build("ppo", SMALL_PPO, small_run(env=env, seed=4))
     summaries = [
-        train(build("ppo", SMALL_PPO, small_run(env=env, seed=seed)), str(tmp_path / name))
-        for seed, name in [(3, "a"), (3, "b"), (4, "c")]
+        train(setup, str(tmp_path / name))
+        for setup, name in [(seed_3, "a"), (seed_3, "b"), (seed_4, "c")]
     ]
     assert summaries[0]["params_digest"] == summaries[1]["params_digest"]
     assert summaries[0]["params_digest"] != summaries[2]["params_digest"]
