@@ -179,27 +179,25 @@ def compiled_as_users(node) -> bool:
 
 
 @contextlib.contextmanager
+def _compiling_fast(on: bool):
+    before = jax.config.read("jax_disable_most_optimizations")
+    _fast_compile(on)
+    try:
+        yield
+    finally:
+        _fast_compile(before)
+
+
 def users_compile():
     """Compiles as users' runs do inside the block (for a module fixture that a
     ``user_compile`` test compares with: the module's other tests compile fast)."""
-    before = jax.config.read("jax_disable_most_optimizations")
-    _fast_compile(False)
-    try:
-        yield
-    finally:
-        _fast_compile(before)
+    return _compiling_fast(False)
 
 
-@contextlib.contextmanager
 def unit_compile():
     """Compiles as unit tests do inside the block (the part of a ``user_compile`` test that
     checks no exactness and no learning)."""
-    before = jax.config.read("jax_disable_most_optimizations")
-    _fast_compile(True)
-    try:
-        yield
-    finally:
-        _fast_compile(before)
+    return _compiling_fast(True)
 
 
 @contextlib.contextmanager
