@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 from flax import struct
 from gymnax.environments import environment, spaces
+from jax._src import compiler as _jax_compiler  # wrapped below: the unit tests' options
 
 from heron import envs
 from heron.cli import compile_cache_dir, configure_compile_cache, program_cache_dir
@@ -159,8 +160,6 @@ def _with_unit_compile_options(get_compile_options):
 
     return get_unit_or_users_compile_options
 
-
-from jax._src import compiler as _jax_compiler  # noqa: E402
 
 _jax_compiler.get_compile_options = _with_unit_compile_options(_jax_compiler.get_compile_options)
 
