@@ -8,9 +8,26 @@ a test can tell which one a learner bootstraps from.
 
 from __future__ import annotations
 
+import os
+
+
+def _pin_worker_to_one_core() -> None:
+    """Each pytest-xdist worker runs on one core of its own, and so does every process it
+    starts (CLI runs, Ray's processes and the two-device subprocess inherit it). XLA sizes
+    its thread pools (the programs' and its compiler's) by the cores a process may use when
+    it makes its client, at JAX's first computation, so this runs before anything imports
+    JAX. With both workers free to use both cores, each one's pools contended with the
+    other's; only the threads' scheduling changes, not what is computed or compiled."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1, ...
+    cores = sorted(os.sched_getaffinity(0))
+    if worker and len(cores) > 1:
+        os.sched_setaffinity(0, {cores[int(worker.removeprefix("gw")) % len(cores)]})
+
+
+_pin_worker_to_one_core()
+
 import contextlib
 import functools
-import os
 import shutil
 import tempfile
 from typing import Any, NamedTuple
