@@ -5,10 +5,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install train test test-fast lint bench clean
 
+# pip would compile the packages' bytecode on one core; compileall does it on every core.
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV)/bin/python -m pip install --quiet -c constraints.txt -e ".[dev,ray]"
+	$(VENV)/bin/python -m pip install --quiet --no-compile -c constraints.txt -e ".[dev,ray]"
+	$(VENV)/bin/python -m compileall -q -j 0 "$$($(VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
 	touch $(STAMP)
 
 install: $(STAMP)
