@@ -4,6 +4,7 @@ prior's terms, recurrent resets, bad input, the CLI, and (slow) learning on Pend
 import dataclasses
 import json
 
+import chex
 import compiled
 import gymnasium
 import jax
@@ -246,9 +247,9 @@ def test_prior_terms_vanish_exactly_when_the_prior_is_off():
     # The two updates are different programs: XLA may order their sums differently (one
     # bias differed by 7e-12 of 1e-4 on an AMD EPYC), so the parameters agree to rounding.
     for name in ("policy_params", "critic_params"):
-        off_leaves, on_leaves = (jax.tree.leaves(getattr(s, name)) for s in (new_off, new_on))
-        for a, b in zip(off_leaves, on_leaves, strict=True):
-            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-10, err_msg=name)
+        chex.assert_trees_all_close(
+            getattr(new_off, name), getattr(new_on, name), rtol=1e-6, atol=1e-10
+        )
     assert float(metrics_on["loss/prior"]) > 0.0
 
 
