@@ -1,6 +1,8 @@
 """The learning helpers agents compose: sequences cut from batches, epochs of shuffled
 mini-batches with an early stop, the off-policy learn, and the data-parallel split."""
 
+import types
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -57,29 +59,44 @@ def test_the_stop_predicate_sees_the_new_state_and_skips_the_rest():
     assert float(metrics["count"]) == pytest.approx(2.0)  # the mean over the 3 updates run
 
 
+def _off_policy_config(sequence_length, batch_size, unroll_length=1, ratio=0.25):
+    return types.SimpleNamespace(
+        sequence_length=sequence_length,
+        batch_size=batch_size,
+        unroll_length=unroll_length,
+        replay=types.SimpleNamespace(ratio=ratio),
+    )
+
+
 def test_off_policy_learn_takes_one_sample_and_one_update_from_a_uniform_replay():
     update, state = _counting_update(100)
     replay = UniformReplay(num_envs=2, capacity=50, batch_size=4, sequence_length=3)
     steps = jnp.arange(100).reshape(2, 50)
     replay_state = replay.add(replay.init(steps[:, 0]), steps)
-    learn = learning.replay_updates(update, sequence_length=3, batch_size=4)
+    learn = learning.replay_updates("crr", update, _off_policy_config(3, 4))
     state, _, metrics = learn(state, replay, replay_state, jax.random.PRNGKey(0))
     assert int(state["count"]) == 1 and float(metrics["train/updates"]) == 1
 
 
 def test_off_policy_learn_on_a_whole_unroll_trains_on_every_transition_once():
     """From a consume-once replay, windows overlap by one step: every transition of the
-    unroll lies in exactly one sequence."""
-    update, state = _counting_update(4 * 9)
-    replay = OneTimeReplay(num_envs=4, unroll_length=8)
+    unroll lies in exactly one sequence; the replay ratio (updates per collected step) sets
+    how many passes are made over it: 4 updates per pass over 4 x 8 new steps."""
     steps = jnp.arange(36).reshape(4, 9)
-    replay_state = replay.add(replay.init(steps[:, 0]), steps)
-    learn = learning.replay_updates(update, sequence_length=3, batch_size=4)
-    state, replay_state, metrics = learn(state, replay, replay_state, jax.random.PRNGKey(0))
-    assert float(metrics["train/updates"]) == 4  # 4 envs x 4 windows / 4 per mini-batch
-    seen = np.asarray(state["seen"]).reshape(4, 9)
-    np.testing.assert_array_equal(seen[:, [0, 2, 4, 6]], 1)  # window starts, stride 2
-    assert not bool(replay.can_sample(replay_state))
+    replay = OneTimeReplay(num_envs=4, unroll_length=8)
+    replay_state = replay.start(replay.init(steps[:, 0]), steps[:, :1])
+    replay_state = replay.add(replay_state, steps[:, 1:])
+    for ratio, passes in ((0.125, 1), (0.375, 3)):
+        update, state = _counting_update(4 * 9)
+        learn = learning.replay_updates("crr", update, _off_policy_config(3, 4, 8, ratio))
+        state, after, metrics = learn(state, replay, replay_state, jax.random.PRNGKey(0))
+        assert float(metrics["train/updates"]) == 4 * passes  # 4 envs x 4 windows / 4 each
+        seen = np.asarray(state["seen"]).reshape(4, 9)
+        np.testing.assert_array_equal(seen[:, [0, 2, 4, 6]], passes)  # window starts, stride 2
+        np.testing.assert_array_equal(seen[:, [1, 3, 5, 7, 8]], 0)
+        assert not bool(replay.can_sample(after))
+    with pytest.raises(ConfigError, match=r"crr.replay.ratio=0.2 .* whole multiple of 0.125"):
+        learning.unroll_passes("crr", _off_policy_config(3, 4, 8, 0.2), 4, 8)
 
 
 def test_tiling_and_device_split_are_checked_with_the_field_names():

@@ -295,19 +295,26 @@ def actor_steps(uid: int, envs: int, length: int) -> dict:
 @functools.cache
 def cycle_fns(num_actors: int, unroll_length: int, cap: int, envs: int):
     replay = CycleOneTimeReplay(num_actors, envs, unroll_length, cap)
-    return replay, jax.jit(replay.add), jax.jit(replay.sample)
+    return replay, jax.jit(replay.add), jax.jit(replay.sample), jax.jit(replay.start)
 
 
 @settings(max_examples=40, deadline=None)
 @given(
     config=st.sampled_from([(1, 1, 1, 1), (3, 2, 2, 1), (4, 3, 3, 2), (4, 1, 1, 2)]),
-    ops=st.lists(st.one_of(st.integers(0, 3), st.just("sample")), max_size=30),
+    ops=st.lists(
+        st.one_of(
+            st.integers(0, 3), st.just("sample"), st.tuples(st.just("start"), st.integers(0, 3))
+        ),
+        max_size=30,
+    ),
 )
 def test_cycle_property_fifo_each_unroll_consumed_once(config, ops):
     """Each actor adds whole unrolls; the learner takes the oldest complete ones, each once;
-    an actor whose unroll still waits is refused (its steps are not written)."""
+    an actor whose unroll still waits is refused (its steps are not written). A step that
+    starts a stream (``start``: fresh environments, or a dropped unroll's last step) is never
+    an unroll of its own, only the step in front of the actor's next one."""
     num_actors, unroll_length, cap, envs = config
-    replay, add, sample = cycle_fns(num_actors, unroll_length, cap, envs)
+    replay, add, sample, start = cycle_fns(num_actors, unroll_length, cap, envs)
     state = replay.init(jax.tree.map(lambda x: x[:, 0], actor_steps(0, envs, 1)))
     queue: collections.deque[tuple[int, int]] = collections.deque()  # (uid, actor) FIFO
     last = {actor: 0 for actor in range(num_actors)}  # uid of each actor's last accepted
@@ -326,16 +333,22 @@ def test_cycle_property_fifo_each_unroll_consumed_once(config, ops):
                 np.testing.assert_array_equal(uids[k, :, 0], last_before[expected])
             consumed.extend(uid for uid, _ in taken)
             continue
+        starts, op = (True, op[1]) if isinstance(op, tuple) else (False, op)
         actor = op % num_actors
         busy = any(a == actor for _, a in queue)
         assert bool(replay.can_add(state, actor)) == (not busy)
         if busy:
             refused += 1
+        elif starts:
+            last[actor] = uid  # the step in front of the actor's next unroll
         else:
             queue.append((uid, actor))
             accepted.append(uid)
             last_before[uid] = last[actor]  # the step before this unroll: the previous one's last
             last[actor] = uid
+        if starts:
+            state = start(state, actor_steps(uid, envs, 1), actor)
+            continue
         state = add(state, actor_steps(uid, envs, unroll_length), actor)  # traced actor
     assert int(state.refused) == refused
     assert int(state.next_arrival) == len(accepted)

@@ -110,22 +110,50 @@ def minibatch_epochs(
     return state, mean
 
 
-def replay_updates(update: Callable, sequence_length: int, batch_size: int) -> Callable:
-    """The ``learn`` of an off-policy agent: one sample from the replay, cut into sequences
-    of ``sequence_length`` steps overlapping by one step (a ``uniform`` sample is already
-    one mini-batch of them; a whole unroll from ``cycle_one_time`` gives several), then one
-    pass of mini-batch updates over them."""
+def replay_updates(agent: str, update: Callable, config) -> Callable:
+    """The ``learn`` of an off-policy agent (``config`` has ``sequence_length``,
+    ``batch_size``, ``unroll_length`` and ``replay.ratio``): one sample from the replay, cut
+    into sequences of ``sequence_length`` steps overlapping by one step, then mini-batch
+    updates over them. A ``uniform`` sample is one mini-batch, and the replay's rate limit
+    keeps ``replay.ratio`` updates per collected step. Whole unrolls (``cycle_one_time``)
+    come once each: they are passed over ``unroll_passes`` times, which makes the same
+    ratio."""
+    length, batch_size = config.sequence_length, config.batch_size
 
     def learn(state, replay, replay_state, key):
         sample_key, update_key = jax.random.split(key)
         batch, replay_state = replay.sample(replay_state, sample_key)
-        batch = sequences(batch, sequence_length, max(sequence_length - 1, 1))
+        passes = 1
+        if replay.name != "uniform":
+            lanes, steps = jax.tree.leaves(batch)[0].shape[:2]
+            passes = unroll_passes(agent, config, lanes, steps - 1)
+        batch = sequences(batch, length, max(length - 1, 1))
         state, metrics = minibatch_epochs(
-            update, state, batch, update_key, num_epochs=1, batch_size=batch_size
+            update, state, batch, update_key, num_epochs=passes, batch_size=batch_size
         )
         return state, replay_state, metrics
 
     return learn
+
+
+def unroll_passes(agent: str, config, lanes: int, unroll_length: int) -> int:
+    """Passes over a batch of ``lanes`` whole unrolls of ``unroll_length`` new steps (and
+    the step in front) that make ``config.replay.ratio`` updates per collected environment
+    step; ConfigError when no whole number of passes does."""
+    length, batch_size, ratio = config.sequence_length, config.batch_size, config.replay.ratio
+    count = num_sequences(unroll_length + 1, length, max(length - 1, 1)) or 0
+    updates_per_pass = count * lanes / batch_size
+    passes = ratio * lanes * unroll_length / updates_per_pass if updates_per_pass else 0.0
+    if passes >= 1 and abs(passes - round(passes)) < 1e-6:
+        return round(passes)
+    step = updates_per_pass / (lanes * unroll_length) if updates_per_pass else 0.0
+    choices = ", ".join(f"{k * step:g}" for k in (1, 2, 4, 8)) if step else "none"
+    raise ConfigError(
+        f"{agent}.replay.ratio={ratio:g} updates per collected environment step cannot be made "
+        f"from whole unrolls replayed once each (cycle_one_time): a pass over a batch of "
+        f"{lanes} unrolls of {unroll_length} steps makes {updates_per_pass:g} updates, so the "
+        f"ratio must be a whole multiple of {step:g} (e.g. {choices})"
+    )
 
 
 OFF_POLICY_REPLAYERS = ("uniform", "cycle_one_time")
@@ -143,7 +171,7 @@ def off_policy_learning(
         make_replay=lambda num_envs, name=None, **sizes: make_off_policy_replay(
             agent, config, num_envs, name, served, **sizes
         ),
-        learn=replay_updates(update, config.sequence_length, config.batch_size),
+        learn=replay_updates(agent, update, config),
         replayers=served,
     )
 
@@ -176,6 +204,7 @@ def make_off_policy_replay(
     if name != "uniform":
         lanes = sizes.learn_queue_cap * (num_envs // sizes.num_actors)
         check_tiling(agent, sizes.unroll_length + 1, lanes, config, overlap=True)
+        unroll_passes(agent, config, lanes, sizes.unroll_length)
     return made
 
 

@@ -47,6 +47,7 @@ class Taken(NamedTuple):
 
     steps: Any  # leaves [U, envs_per_actor, T, ...]
     actors: np.ndarray  # int32 [U]
+    leads: Any  # leaves [U, envs_per_actor, 1, ...]: the step in front of each unroll
     snapshots: Any  # leaves [A, ...]: each actor's state after its newest unroll taken
     next_unroll: np.ndarray  # int32 [A]: index of each actor's next unroll
     taken: np.ndarray  # int32 [A]: unrolls of each actor the learner took
@@ -266,9 +267,8 @@ class ActorPool:
         else:  # policy lag 1: the previous requests, then the next ones go out
             done = self._gather(self.pending)
             self.pending = self._send_all(params, keys, version)
-        for request, unroll in done:
-            self._take(request, unroll)
-        return self._taken(done, version)
+        leads = [self._take(request, unroll) for request, unroll in done]
+        return self._taken(done, leads, version)
 
     def collect_async(self, agent_state, version):
         """The ``learn_queue_cap`` oldest finished unrolls, from as many actors."""
@@ -325,18 +325,23 @@ class ActorPool:
             self.steps[a] += self.spec.envs_per_actor * jax.tree.leaves(unroll.steps)[0].shape[1]
             self.seconds[a] += unroll.seconds
 
-    def _take(self, request: _Request, unroll: Unroll) -> None:
+    def _take(self, request: _Request, unroll: Unroll):
+        """Marks ``unroll`` taken (or dropped); returns the step in front of it [n, 1]: the
+        last step of the actor's previous unroll, whether that one was trained on or not."""
         a = request.actor
+        lead = jax.tree.map(lambda x: x[:, None], self.consumed[a].pending)
         self.consumed[a] = unroll.snapshot
         self.next_unroll[a] = request.index + 1
+        return lead
 
-    def _taken(self, done, version: int) -> Taken:
+    def _taken(self, done, leads, version: int) -> Taken:
         lags = np.asarray([version - unroll.version for _, unroll in done], np.float32)
         for request, _ in done:
             self.taken[request.actor] += 1
         return Taken(
             steps=_stack([unroll.steps for _, unroll in done]),
             actors=np.asarray([request.actor for request, _ in done], np.int32),
+            leads=_stack(leads),
             snapshots=_stack(self.consumed),
             next_unroll=self.next_unroll.copy(),
             taken=self.taken.copy(),
@@ -494,6 +499,7 @@ class ActorPool:
 
         params = ray.put(agent_state)
         chosen: list[tuple[_Request, Unroll]] = []
+        leads = []
         with self._cond:
             self.params = (version, params)
             while len(chosen) < self.dist.learn_queue_cap:
@@ -506,11 +512,12 @@ class ActorPool:
                     continue
                 request, unroll, _ = min(waiting, key=lambda box: box[2])
                 self.outbox[request.actor] = None
-                self._take(request, unroll)
+                lead = self._take(request, unroll)
                 self._cond.notify_all()
                 limit = self.dist.max_policy_lag
                 if limit is not None and version - unroll.version > limit:
-                    self.counters[DROPPED] += 1
+                    self.counters[DROPPED] += 1  # its last step still leads the actor's next
                     continue
                 chosen.append((request, unroll))
-        return self._taken(chosen, version)
+                leads.append(lead)
+        return self._taken(chosen, leads, version)

@@ -169,11 +169,12 @@ class RaySource:
         )
         return snapshot, first, steps
 
-    def _taken_shapes(self, snapshot, steps) -> Taken:
+    def _taken_shapes(self, snapshot, first, steps) -> Taken:
         a, u = self.actors, self.unrolls_per_iteration
         return Taken(
             steps=_stacked(steps, u),
             actors=jax.ShapeDtypeStruct((u,), jnp.int32),
+            leads=_stacked(first, u),
             snapshots=_stacked(snapshot, a),
             next_unroll=jax.ShapeDtypeStruct((a,), jnp.int32),
             taken=jax.ShapeDtypeStruct((a,), jnp.int32),
@@ -181,8 +182,8 @@ class RaySource:
             lag=jax.ShapeDtypeStruct((2,), jnp.float32),
         )
 
-    def _steps(self, steps, actors):
-        return ActorSteps(steps, actors) if self.is_async else _joined(steps)
+    def _steps(self, steps, actors, leads=None):
+        return ActorSteps(steps, actors, leads) if self.is_async else _joined(steps)
 
     def init(self, agent: Agent, agent_state, key):
         """Every actor's fresh environments, acted on once: their first steps enter the
@@ -217,8 +218,8 @@ class RaySource:
     def collect(self, agent: Agent, agent_state, state: RaySourceState, key):
         """This iteration's unrolls, made by the actors with ``agent_state`` (or, with
         policy lag 1, with the previous iteration's)."""
-        snapshot, _, steps = self._shapes(agent, agent_state, key)
-        shapes = self._taken_shapes(snapshot, steps)
+        snapshot, first, steps = self._shapes(agent, agent_state, key)
+        shapes = self._taken_shapes(snapshot, first, steps)
         lagged = ()
         if self.is_async:
             taken = io_callback(self.pool.collect_async, shapes, agent_state, state.version)
@@ -237,7 +238,7 @@ class RaySource:
             key=state.key,
             lagged=lagged,
         )
-        return state, self._steps(taken.steps, taken.actors)
+        return state, self._steps(taken.steps, taken.actors, taken.leads)
 
     def restart(self, agent: Agent, agent_state, state: RaySourceState, key):
         """A resumed run's actors, restored from the checkpoint's snapshots (requests that

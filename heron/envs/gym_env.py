@@ -9,7 +9,10 @@ ends an episode returns its final observation (heron's LAST step), and the follo
 observation with reward 0 (heron's FIRST step).
 
 The host environment's state lives outside JAX: it cannot be saved in a checkpoint, and two
-compiled programs that step the same GymEnv share it.
+compiled programs that step the same GymEnv share it. ``restart`` is how a resumed run (or
+a restarted actor) continues: the next ``step`` resets every sub-environment, ignores its
+action and returns FIRST steps, as an auto-reset does, so the new episodes' first steps are
+collected like any other.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class GymEnv:
             max_episode_steps=max_episode_steps,
         )
         self._needs_reset = np.zeros(num_envs, bool)
+        self._restart_seed: int | None = None
         n = num_envs
         self._timestep_shapes = TimeStep(
             step_type=jax.ShapeDtypeStruct((n,), jnp.int32),
@@ -68,7 +72,18 @@ class GymEnv:
         del key
         return state, io_callback(self._host_step, self._timestep_shapes, action)
 
+    def restart(self, state, key) -> jax.Array:
+        """Every sub-environment starts a new episode at the next ``step`` (seeded from
+        ``key``), which returns their FIRST steps."""
+        seed = jax.random.randint(key, (), 0, 2**31 - 1)
+        io_callback(self._host_restart, None, seed)
+        return state
+
+    def _host_restart(self, seed) -> None:
+        self._restart_seed = int(seed)
+
     def _host_reset(self, seed) -> TimeStep:
+        self._restart_seed = None
         obs, _ = self._env.reset(seed=int(seed))
         self._needs_reset = np.zeros(self.num_envs, bool)
         n = self.num_envs
@@ -80,6 +95,8 @@ class GymEnv:
         )
 
     def _host_step(self, action) -> TimeStep:
+        if self._restart_seed is not None:
+            return self._host_reset(self._restart_seed)
         action = np.asarray(action)
         if self.spec.action.is_discrete:
             action = action.astype(np.int64)

@@ -5,6 +5,7 @@ the batch a ``sample`` returns included, is fixed when the replayer is built:
 
     replay = make_replay("uniform", ReplaySizes(...))
     state = replay.init(example_step)            # one step [num_envs, ...]
+    state = replay.start(state, first_steps)     # steps [num_envs, t, ...] of new streams
     state = replay.add(state, steps)             # steps [num_envs, T, ...], each step once
     ready = replay.can_sample(state)             # bool []: jit-safe
     batch, state = replay.sample(state, key)     # batch [batch, length, ...]
@@ -12,6 +13,10 @@ the batch a ``sample`` returns included, is fixed when the replayer is built:
 Steps are added exactly once, in the order they were acted on. Replayers that hand out
 whole unrolls (``one_time``, ``cycle_one_time``) keep the step before each unroll too, so
 the unrolls they return overlap by one step: that step bootstraps the earlier unroll.
+``start`` takes the steps that begin new streams (the first steps of a run's environments):
+stored like any step, but a replayer of whole unrolls keeps them only as the step in front
+of the next unroll, never as an unroll of their own (ALF: each unroll once, with the
+previous unroll's last step in front).
 ``can_sample`` is the rate limiter: the driver trains while it holds.
 """
 
@@ -36,6 +41,8 @@ class Replay(Protocol):
     num_envs: int  # lanes of experience each ``add`` carries (actors x envs per actor)
 
     def init(self, example_step: Any) -> Any: ...
+
+    def start(self, state: Any, steps: Any, actor: Any = 0) -> Any: ...
 
     def add(self, state: Any, steps: Any, actor: Any = 0) -> Any: ...
 

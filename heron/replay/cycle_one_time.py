@@ -70,10 +70,20 @@ class CycleOneTimeReplay:
             window, zeros, zeros, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32)
         )
 
+    def start(self, state: CycleOneTimeState, steps: Any, actor: Any = 0) -> CycleOneTimeState:
+        """The first steps of ``actor``'s new streams [envs_per_actor, k, ...] (its fresh
+        environments, or the step before an unroll that follows a dropped one): the newest
+        becomes the step in front of the actor's next unroll and none counts towards it, so
+        no unroll is made of them. Refused like ``add`` while the actor's unroll waits."""
+        return self._put(state, steps, actor, fresh_steps=False)
+
     def add(self, state: CycleOneTimeState, steps: Any, actor: Any = 0) -> CycleOneTimeState:
         """Appends ``actor``'s steps [envs_per_actor, k, ...]; refused (state unchanged but
         ``refused`` + 1) while that actor's unroll waits. ``actor`` may be traced; a Python
         int out of range raises ReplayError."""
+        return self._put(state, steps, actor, fresh_steps=True)
+
+    def _put(self, state: CycleOneTimeState, steps, actor, fresh_steps: bool):
         num_steps = check_lanes(steps, self.envs_per_actor, "steps")
         if isinstance(actor, int | np.integer):
             self.check_actor(int(actor))
@@ -85,7 +95,8 @@ class CycleOneTimeReplay:
             state.window,
             steps,
         )
-        fresh = state.fresh[actor] + jnp.where(accept, num_steps, 0)
+        fresh = jnp.where(accept, state.fresh[actor] + num_steps if fresh_steps else 0,
+                          state.fresh[actor])  # fmt: skip
         arrives = accept & (fresh >= self.unroll_length)
         return CycleOneTimeState(
             window=window,

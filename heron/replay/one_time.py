@@ -48,6 +48,14 @@ class OneTimeReplay:
         )
         return OneTimeState(window, jnp.zeros((), jnp.int32))
 
+    def start(self, state: OneTimeState, steps: Any, actor: Any = 0) -> OneTimeState:
+        """The first steps of new streams [num_envs, k, ...]: the newest becomes the step in
+        front of the next unroll; none counts towards it (a partial unroll is dropped)."""
+        del actor
+        check_lanes(steps, self.num_envs, "steps")
+        window = jax.tree.map(shift_in, state.window, steps)
+        return OneTimeState(window, jnp.zeros_like(state.fresh))
+
     def add(self, state: OneTimeState, steps: Any, actor: Any = 0) -> OneTimeState:
         """Appends steps [num_envs, k, ...] (``actor`` is ignored: one actor)."""
         del actor

@@ -73,6 +73,11 @@ class UniformReplay:
         zero = jnp.zeros((), jnp.int32)
         return UniformState(data, zero, zero, jnp.zeros((), jnp.float32))
 
+    def start(self, state: UniformState, steps: Any, actor: Any = 0) -> UniformState:
+        """The first steps of new streams: stored as any step (sequences that cross into them
+        see their FIRST step types)."""
+        return self.add(state, steps, actor)
+
     def add(self, state: UniformState, steps: Any, actor: Any = 0) -> UniformState:
         """Appends T steps per lane at the ring head, overwriting the oldest when full; when
         T > capacity only the last ``capacity`` are kept. ``actor`` is ignored."""

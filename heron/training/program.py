@@ -93,16 +93,21 @@ def learn_phase(agent: Agent, replay, agent_state, replay_state, key, limit: int
     return agent_state, replay_state, metrics
 
 
-def add_steps(replay, replay_state, steps):
-    """``steps`` [lanes, T] into the replay, or ``ActorSteps`` one actor at a time."""
+def add_steps(replay, replay_state, steps, first: bool = False):
+    """``steps`` [lanes, T] into the replay, or ``ActorSteps`` one actor at a time, each
+    unroll after the step in front of it. ``first``: the steps begin new streams (a run's
+    fresh environments), ``replay.start`` takes them."""
+    put = replay.start if first else replay.add
     if not isinstance(steps, ActorSteps):
-        return replay.add(replay_state, steps)
+        return put(replay_state, steps)
 
     def add_one(replay_state, one):
-        actor_steps, actor = one
-        return replay.add(replay_state, actor_steps, actor), None
+        actor_steps, actor, lead = one
+        if lead is not None:
+            replay_state = replay.start(replay_state, lead, actor)
+        return put(replay_state, actor_steps, actor), None
 
-    return jax.lax.scan(add_one, replay_state, (steps.steps, steps.actors))[0]
+    return jax.lax.scan(add_one, replay_state, (steps.steps, steps.actors, steps.leads))[0]
 
 
 def collected(steps) -> int:
@@ -150,7 +155,9 @@ def make_program(agent: Agent, replay, source: Source, evaluate: Callable) -> Pr
     def init_one(keys, agent_state):
         _, source_key, key = keys
         source_state, first_steps = source.init(agent, agent_state, source_key)
-        replay_state = add_steps(replay, replay.init(one_lane_step(first_steps)), first_steps)
+        replay_state = add_steps(
+            replay, replay.init(one_lane_step(first_steps)), first_steps, first=True
+        )
         return TrainState(agent_state, replay_state, source_state, key, jnp.zeros((), jnp.int32))
 
     def init(keys):

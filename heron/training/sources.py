@@ -43,6 +43,7 @@ class ActorSteps(NamedTuple):
 
     steps: Any  # leaves [U, lanes per actor, T, ...]
     actors: jax.Array  # int32 [U]: the actor that produced each
+    leads: Any = None  # leaves [U, lanes per actor, 1, ...]: the step in front of each unroll
 
 
 class EpisodeStats(NamedTuple):
@@ -204,15 +205,14 @@ class EnvSource:
         return state, jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), steps)  # [B, T]
 
     def restart(self, agent: Agent, agent_state, state: EnvSourceState, key):
-        """Host environments start fresh episodes after a resume (their state was not saved);
-        JAX environments continue exactly where the checkpoint left them."""
+        """After a resume: JAX environments continue exactly where the checkpoint left them;
+        host environments (whose state was not saved) start new episodes at the next step,
+        whose FIRST steps are collected like any others (the step before them, the
+        checkpoint's pending step, bootstraps nothing across the restart)."""
+        del agent, agent_state
         if self.env.is_jax:
             return state
-        episodes = EpisodeStats.zeros(self.num_envs)
-        stats = state.stats._replace(
-            episode_return=episodes.episode_return, episode_length=episodes.episode_length
-        )
-        return self._first(agent, agent_state, state.observations, stats, key)
+        return state._replace(env_state=self.env.restart(state.env_state, key))
 
     def observations(self, state: EnvSourceState) -> PipelineState:
         return state.observations

@@ -1,0 +1,161 @@
+"""Every step an environment produces reaches the replay once, in order, and no replayed
+transition joins two steps that did not follow each other (ALF: the replayer observes every
+step; ``cycle_one_time`` replays each unroll once with the previous unroll's last step in
+front). Checked step by step on counting environments, whose observation is their clock."""
+
+from __future__ import annotations
+
+import threading
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import ray
+
+from heron import envs
+from heron.distributed import pool as pool_module
+from heron.envs.wrappers import ObservationPipeline
+from heron.replay import CycleOneTimeReplay, OneTimeReplay, UniformReplay
+from heron.run_config import DistConfig
+from heron.training.program import add_steps
+from heron.training.sources import ActorSteps, EnvSource
+from heron.types import StepType
+
+CLOCK = 10  # custom_envs' observation [t / 10, 1]
+
+
+class FirstAction:
+    """A stand-in agent: always action 0 (episodes run to the time limit), no state."""
+
+    def act(self, agent_state, timestep, carry, key):
+        return jnp.zeros(timestep.step_type.shape, jnp.int32), carry, {}
+
+    def initial_carry(self, num_envs):
+        return ()
+
+
+def clock(steps) -> np.ndarray:
+    """The environments' clock at each step [B, T]."""
+    return np.rint(np.asarray(steps.observation)[..., 0] * CLOCK).astype(int)
+
+
+def source_for(env_id: str, num_envs: int, unroll_length: int):
+    env = envs.make(env_id, num_envs)
+    source = EnvSource(env, ObservationPipeline(env.spec), unroll_length)
+    agent = FirstAction()
+    init = jax.jit(lambda key: source.init(agent, None, key))
+    collect = jax.jit(lambda state, key: source.collect(agent, None, state, key))
+    restart = jax.jit(lambda state, key: source.restart(agent, None, state, key))
+    return source, init, collect, restart
+
+
+@pytest.mark.parametrize("unroll_length", [1, 3])
+def test_cycle_one_time_replays_every_unroll_once_behind_the_step_before_it(unroll_length):
+    """At every unroll length (1 is CRR's, SVG0's and SAC's default) the first unroll is
+    [the first step, its successors], each later one starts at its predecessor's last step,
+    and none is refused or lost."""
+    _, init, collect, _ = source_for("custom_envs:counter_pair", 2, unroll_length)
+    replay = CycleOneTimeReplay(1, 2, unroll_length, 1)
+    state, first = init(jax.random.key(0))
+    replay_state = add_steps(replay, replay.init(jax.tree.map(lambda x: x[:, 0], first)),
+                             first, first=True)  # fmt: skip
+    assert not bool(replay.can_sample(replay_state))
+    stream = [clock(first)]
+    windows = []
+    for i in range(6):
+        state, steps = collect(state, jax.random.key(i + 1))
+        stream.append(clock(steps))
+        assert bool(replay.can_add(replay_state, 0))
+        replay_state = add_steps(replay, replay_state, steps)
+        assert bool(replay.can_sample(replay_state))
+        batch, replay_state = replay.sample(replay_state, None)
+        windows.append(clock(batch))
+    assert int(replay_state.refused) == 0
+    stream = np.concatenate(stream, axis=1)  # [B, 1 + 6 L]: what the environments produced
+    for i, window in enumerate(windows):
+        np.testing.assert_array_equal(
+            window, stream[:, i * unroll_length : (i + 1) * unroll_length + 1]
+        )
+
+
+def test_a_restarted_host_environments_first_steps_are_collected():
+    """After a resume a Gymnasium environment starts new episodes: their FIRST steps are
+    the first steps collected (every replayer stores them; the transition into them is a
+    restart, which learners mask), and nothing joins the old episode to the new one."""
+    _, init, collect, restart = source_for("custom_envs:TinyEnv", 2, 3)
+    state, first = init(jax.random.key(0))
+    state, before = collect(state, jax.random.key(1))
+    np.testing.assert_array_equal(clock(before), [[1, 2, 3], [1, 2, 3]])
+    state = restart(state, jax.random.key(2))  # as a resumed run does with a checkpoint's state
+    state, after = collect(state, jax.random.key(3))
+    np.testing.assert_array_equal(clock(after), [[0, 1, 2], [0, 1, 2]])
+    np.testing.assert_array_equal(
+        np.asarray(after.step_type), [[StepType.FIRST, StepType.MID, StepType.MID]] * 2
+    )
+    replay = UniformReplay(num_envs=2, capacity=16, batch_size=1, sequence_length=2)
+    replay_state = add_steps(replay, replay.init(jax.tree.map(lambda x: x[:, 0], first)),
+                             first, first=True)  # fmt: skip
+    for steps in (before, after):
+        replay_state = add_steps(replay, replay_state, steps)
+    stored = np.asarray(replay_state.data.step_type)[:, : int(replay_state.size)]
+    assert (stored == StepType.FIRST).sum(axis=1).tolist() == [2, 2]  # run start and restart
+    one_time = OneTimeReplay(num_envs=2, unroll_length=3)
+    window_state = add_steps(one_time, one_time.init(jax.tree.map(lambda x: x[:, 0], first)),
+                             first, first=True)  # fmt: skip
+    window_state = add_steps(one_time, window_state, before)
+    window_state = one_time.sample(window_state, None)[1]
+    window, _ = one_time.sample(add_steps(one_time, window_state, after), None)
+    np.testing.assert_array_equal(clock(window), [[3, 0, 1, 2]] * 2)  # 3 -> 0 is a restart
+
+
+def test_an_unroll_dropped_for_policy_lag_still_leads_the_actors_next_one(monkeypatch):
+    """Asynchronous driver, ``max_policy_lag``: a dropped unroll is never trained on, and
+    the actor's next unroll is replayed behind the dropped one's last step, never behind an
+    older one (no window [3, 7, 8, 9])."""
+    monkeypatch.setattr(ray, "put", lambda value: value)  # no cluster: the pool's own logic
+    length = 3
+    dist = DistConfig(driver="async", learn_queue_cap=1, max_policy_lag=1)
+    spec = types.SimpleNamespace(envs_per_actor=1, env="custom_envs:counter_pair")
+    pool = pool_module.ActorPool(spec, 1, dist, None, True)
+
+    def snapshot(last_clock):
+        pending = {"clock": np.full((1,), last_clock, np.int32)}
+        return types.SimpleNamespace(pending=pending)
+
+    def unroll_of(first_clock, version):
+        steps = {"clock": np.arange(first_clock, first_clock + length, dtype=np.int32)[None]}
+        return pool_module.Unroll(steps, snapshot(first_clock + length - 1), version, 0.0, False)
+
+    arriving = []  # what the actor finishes next, moved to its outbox when the pool waits
+
+    class Arrivals(threading.Condition):
+        def wait(self, timeout=None):
+            assert arriving, "the pool waited for an unroll the test never made"
+            request, unroll = arriving.pop(0)
+            pool.outbox[0] = (request, unroll, request.index)
+
+    pool._cond = Arrivals()
+    pool.latest = pool.consumed = [snapshot(0)]
+    replay = CycleOneTimeReplay(1, 1, length, 1)
+    replay_state = replay.start(replay.init({"clock": jnp.zeros((1,), jnp.int32)}),
+                                {"clock": jnp.zeros((1, 1), jnp.int32)})  # fmt: skip
+    made = [(1, 0), (4, 0), (7, 5), (10, 5)]  # (first clock, version that acted)
+    requests = [
+        (pool_module._Request(0, i, np.zeros(2, np.uint32), v, None), unroll_of(c, v))
+        for i, (c, v) in enumerate(made)
+    ]
+    windows = []
+    # learner versions 0, 5 (the second unroll is 5 versions old: dropped), 6
+    for learner_version, count in ((0, 1), (5, 2), (6, 1)):
+        arriving.extend(requests[:count])
+        del requests[:count]
+        pool.outbox, pool.inflight = [None], [None]
+        taken = pool._collect_async(None, learner_version)
+        steps = jax.tree.map(jnp.asarray, ActorSteps(taken.steps, taken.actors, taken.leads))
+        replay_state = add_steps(replay, replay_state, steps)
+        batch, replay_state = replay.sample(replay_state, None)
+        windows.append(np.asarray(batch["clock"])[0].tolist())
+    assert windows == [[0, 1, 2, 3], [6, 7, 8, 9], [9, 10, 11, 12]]
+    assert int(pool.counters[pool_module.DROPPED]) == 1 and int(replay_state.refused) == 0
