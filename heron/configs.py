@@ -64,13 +64,15 @@ def _number(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _check_range(limits: Range, integer: bool, optional: bool) -> Callable:
+def _check_range(limits: Range, integer: bool, optional: bool, allow_inf: bool = False) -> Callable:
     def check_value(name: str, value) -> None:
         if value is None and optional:
             return
         kind = "an integer" if integer else "a number"
         if not _number(value) or (integer and not float(value).is_integer()) or math.isnan(value):
             raise ConfigError(f"{name} must be {kind} {limits.describe()}, got {value!r}")
+        if math.isinf(value) and not allow_inf:
+            raise ConfigError(f"{name} must be a finite number {limits.describe()}, got {value!r}")
         if not limits.contains(value, value):
             raise ConfigError(f"{name} must be {limits.describe()}, got {value!r}")
 
@@ -128,8 +130,11 @@ def number(
     high_open: bool = False,
     optional: bool = False,
 ):
-    """A float field in the range (``optional``: None is allowed too)."""
-    return _field(default, _check_range(Range(low, high, low_open, high_open), False, optional))
+    """A float field in the range (``optional``: None is allowed too). Infinite values are
+    refused unless the default is infinite (there, ``inf`` means "off")."""
+    allow_inf = isinstance(default, float) and math.isinf(default)
+    limits = Range(low, high, low_open, high_open)
+    return _field(default, _check_range(limits, False, optional, allow_inf))
 
 
 def integer(default, low: float = -math.inf, high: float = math.inf, *, optional: bool = False):

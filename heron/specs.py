@@ -61,6 +61,7 @@ class EnvSpec:
     observation_dtype: Any
     action: ActionSpec
     max_episode_steps: int | None = None
+    observation_categories: int | None = None  # Discrete(n) observations: n; None for a Box
 
 
 def _space_name(space) -> str:
@@ -114,6 +115,12 @@ def observation_shape_from_space(space) -> tuple[int, ...]:
         f"unsupported observation space {_space_name(space)} ({space!r}): heron agents take "
         "array observations (Box or Discrete); flatten Tuple/Dict spaces with a wrapper first"
     )
+
+
+def observation_categories_from_space(space) -> int | None:
+    """n of a Discrete(n) observation space (its values are the categories 0..n-1), else
+    None."""
+    return _discrete_n(space)
 
 
 def action_spec_from_space(space) -> ActionSpec:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import sys
 import time
 from typing import NamedTuple
 
@@ -383,8 +384,11 @@ def resume(run_dir: str, steps: int | None = None) -> dict:
     with rundir.RunLock(run_dir):
         step = checkpoints.latest_step(run_dir)
         if step is None:
-            print(f"heron: {run_dir!r} stopped before its first checkpoint: starting it again")
-            rundir.truncate_metrics(run_dir, -1)
+            rundir.restart_from_scratch(run_dir)
+            print(
+                f"heron: {run_dir!r} stopped before its first checkpoint: starting it again",
+                file=sys.stderr,
+            )
             return _train_in(config, run_dir, data)
         if step >= config.steps:
             raise ConfigError(

@@ -108,25 +108,40 @@ def test_coefficients():
     np.testing.assert_array_equal(crr.all_coefficient(advantage, 1.0, 20.0), [1, 1, 1, 1])
 
 
-def test_critic_learns_a_fixed_batch_and_targets_copy_on_schedule():
+def test_critic_learns_a_fixed_batch_and_targets_copy_on_acmes_schedule():
+    """Acme's recurrent CRR copies after the update its counter reads 0 mod P on: updates 1,
+    P + 1, 2P + 1, ..."""
     config = CRRConfig(target_update_period=5, learning_rate=1e-3, **SMALL)
     agent = compiled.make("crr", BOX, config)
     state = agent.init(jax.random.PRNGKey(0))
-    initial_target = state.target_critic_params
     batch = _sequences(BOX)
-    losses = []
+    losses, copied = [], []
     update = jax.jit(agent.update)
-    for step in range(5):
+    for step in range(7):
+        before = state.target_critic_params
         state, metrics = update(state, batch, jax.random.PRNGKey(step))
         losses.append(float(metrics["loss/critic"]))
-        same = jax.tree.leaves(
-            jax.tree.map(jnp.array_equal, state.target_critic_params, initial_target)
-        )
-        assert all(same) == (step < 4)  # copied at the 5th update, not before
-    assert jax.tree.all(
-        jax.tree.map(jnp.array_equal, state.target_critic_params, state.critic_params)
-    )
+        equal = jax.tree.map(jnp.array_equal, state.target_critic_params, state.critic_params)
+        kept = jax.tree.map(jnp.array_equal, state.target_critic_params, before)
+        copied.append(all(jax.tree.leaves(equal)))
+        assert copied[-1] != all(jax.tree.leaves(kept))  # a copy, or the old target kept
+    assert copied == [True, False, False, False, False, True, False]
     assert losses[-1] < losses[0]
+
+
+def test_losses_are_divided_by_the_sequence_length_as_in_acme():
+    """Acme sums the L - 1 transitions' batch means and divides by L: the same transitions
+    cut into sequences of 3 steps weigh (2/3) / (1/2) = 4/3 of their weight in sequences of
+    2 (policy loss of behaviour cloning, ``all``: no sampling in its value)."""
+    config = CRRConfig(policy_improvement_mode="all", **SMALL)
+    agent = compiled.make("crr", BOX, config)
+    state = agent.init(jax.random.PRNGKey(0))
+    threes = _sequences(BOX, length=3, batch=8)
+    twos = jax.tree.map(lambda x: jnp.concatenate([x[:2], x[1:]], axis=1), threes)  # [2, 16]
+    key = jax.random.PRNGKey(1)
+    loss_three = float(agent.update(state, threes, key)[1]["loss/policy"])
+    loss_two = float(agent.update(state, twos, key)[1]["loss/policy"])
+    assert loss_three / loss_two == pytest.approx(4 / 3, rel=1e-5)
 
 
 @pytest.mark.parametrize("spec, shape", [(DISCRETE, (5,)), (MULTI, (5, 2))])

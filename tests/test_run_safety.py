@@ -4,6 +4,7 @@ evaluation's checkpoint, and a hand-edited config refused on resume."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -274,3 +275,22 @@ def test_an_env_without_a_renderer_is_refused_for_video():
     assert render_id("gymnax:CartPole-v1") == "CartPole-v1"
     with pytest.raises(VideoError, match="'heron:CartPole-masked-v1' cannot be rendered"):
         render_id("heron:CartPole-masked-v1")
+
+
+def test_a_run_whose_checkpoints_are_gone_keeps_its_history_on_resume(
+    small_ppo_run, tmp_path, capsys
+):
+    """A finished run whose checkpoints/ was removed: --resume refuses in one line (it would
+    train again from 0 and overwrite metrics.jsonl) and changes nothing."""
+    from heron.cli import main
+
+    run_dir = copy_run(small_ppo_run.run_dir, tmp_path)
+    shutil.rmtree(os.path.join(run_dir, "checkpoints"))
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        history = f.read()
+    assert main(["train", "--resume", run_dir]) == 2
+    err = capsys.readouterr().err
+    assert "has no checkpoint, yet its metrics.jsonl records training up to step 1024" in err
+    assert "nothing was changed" in err and len(err.strip().splitlines()) == 1
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        assert f.read() == history

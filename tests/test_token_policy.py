@@ -130,6 +130,27 @@ def test_more_actions_than_the_vocabulary_are_refused():
         compiled.make("ppo", spec, PPOConfig(vocab_size=16, tokens=TINY))
 
 
+def test_discrete_observations_are_one_exact_token_per_value():
+    """Trax writes a Discrete observation as its value's own token: states 10..15 of
+    Discrete(16) stay distinct (digits clipped to a range of 10 made them one token), and a
+    space larger than the vocabulary is refused by name."""
+    spec = EnvSpec((), np.float32, ActionSpec("discrete", 1, 2), observation_categories=16)
+    agent = compiled.make("ppo", spec, PPOConfig(vocab_size=16, tokens=TINY))
+    state, states = agent.init(jax.random.PRNGKey(0)), jnp.arange(16)
+    timestep = TimeStep(
+        step_type=jnp.full((16,), StepType.FIRST),
+        reward=jnp.zeros(16),
+        discount=jnp.ones(16),
+        observation=states.astype(jnp.float32),
+    )
+    _, _, extras = agent.act(state, timestep, agent.initial_carry(16), jax.random.PRNGKey(1))
+    layout = serialization.TokenLayout(observation_tokens=1, action_tokens=1, n_steps=2)
+    np.testing.assert_array_equal(extras[TOKENS][:, layout.observation_positions[-1, 0]], states)
+    larger = EnvSpec((), np.float32, ActionSpec("discrete", 1, 2), observation_categories=17)
+    with pytest.raises(ValueError, match="17 categories cannot be written in a vocabulary of"):
+        compiled.make("ppo", larger, PPOConfig(vocab_size=16, tokens=TINY))
+
+
 # ----------------------------------------------------------------------------- history, model
 
 

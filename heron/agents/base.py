@@ -68,8 +68,9 @@ class ReplayConfig:
     """Steps kept per environment."""
     min_size: int = integer(2_000, 0)
     """Steps stored (across environments) before the first update."""
-    ratio: float = number(0.25, 0.0, low_open=True)
-    """Replay ratio: optimiser updates per collected environment step."""
+    ratio: float = number(0.25, 0.0, 1000.0, low_open=True)
+    """Replay ratio: optimiser updates per collected environment step (at most 1000: more
+    would keep the learner on one step's data for good)."""
 
 
 class MissingExtrasError(ValueError):

@@ -6,8 +6,10 @@ distributions averaged in log space), and a policy trained by weighted behaviour
 loss = -log pi(a|s) x f(A), A = E[Q(s, a)] - V(s), V reduced (mean / max / min) over
 ``num_action_samples_policy`` policy samples, f one of exp (min(exp(A / beta), bound)),
 binary (1[A > 0]) or all (1, behaviour cloning). Hard target copies every
-``target_update_period`` updates. Trained off-policy on sequences of ``sequence_length``
-steps (``sequence_length - 1`` transitions each).
+``target_update_period`` updates, after updates 1, P + 1, 2P + 1, ... as in Acme. Trained
+off-policy on sequences of ``sequence_length`` steps (``sequence_length - 1`` transitions
+each); as in Acme each loss is the transitions' mean times (L - 1) / L (Acme sums the per-step
+means and divides by L), so gradients, and where the global-norm clip binds, are Acme's.
 
 With a recurrent core, policy and critic unroll over each sequence from its start state
 (zeros, or the states recorded when acting under ``use_rollout_state``); as in Acme the
@@ -106,7 +108,7 @@ class CRRConfig:
     num_action_samples_td: int = integer(4, 1)
     """Target-policy samples whose distributions are averaged into the TD target."""
     target_update_period: int = integer(100, 1)
-    """Updates between hard copies into the target networks."""
+    """Updates between hard copies into the target networks (after updates 1, P + 1, ...)."""
     max_grad_norm: float = number(40.0, 0.0, low_open=True)
     """Global-norm gradient clipping; inf disables it."""
     network: NetworkConfig = dataclasses.field(default_factory=acme_network)
@@ -346,6 +348,9 @@ def _build(spec: EnvSpec, config: CRRConfig, devices):
         mask = (batch.step_type[:-1] != StepType.LAST).astype(jnp.float32)  # no reset transitions
         step, controls = state.update_step, state.controls
         gamma = hyper("discount", step, controls)
+        # Acme sums the L-1 transitions' batch means and divides by the sequence length L.
+        length = batch.step_type.shape[0]
+        per_sequence = (length - 1) / length
 
         target_probs = next_step_targets(state, batch, target_key).reshape(-1, config.num_atoms)
 
@@ -363,7 +368,7 @@ def _build(spec: EnvSpec, config: CRRConfig, devices):
                 (gamma * batch.discount[1:]).reshape(-1),
                 target_probs,
             )
-            loss = parallel.masked_mean(losses, mask.reshape(-1))
+            loss = parallel.masked_mean(losses, mask.reshape(-1)) * per_sequence
             shifted = batch.reward[1:, :, None] + (gamma * batch.discount[1:])[..., None] * atoms
             outside = (shifted < config.vmin) | (shifted > config.vmax)  # [L-1, M, atoms]
             clipped = jnp.sum(outside * target_probs.reshape(outside.shape), axis=-1)
@@ -386,7 +391,7 @@ def _build(spec: EnvSpec, config: CRRConfig, devices):
             advantage = jax.lax.stop_gradient(q - reduce_baseline(q_candidates, axis=0))
             coefficient = improvement(advantage, config.beta, config.ratio_upper_bound)
             log_prob = dist_of(head).log_prob(action[:-1])
-            loss = -parallel.masked_mean(log_prob * coefficient, mask)
+            loss = -parallel.masked_mean(log_prob * coefficient, mask) * per_sequence
             return loss, {
                 "loss/policy": loss,
                 "crr/advantage": jnp.mean(advantage),
@@ -414,8 +419,8 @@ def _build(spec: EnvSpec, config: CRRConfig, devices):
         )
         step_count = step + 1
 
-        def target(online, old):  # hard copies every target_update_period updates
-            return optax.periodic_update(online, old, step_count, config.target_update_period)
+        def target(online, old):  # as Acme: copies after updates 1, P + 1, 2P + 1, ...
+            return optax.periodic_update(online, old, step, config.target_update_period)
 
         new_state = CRRState(
             policy_params=policy_params,

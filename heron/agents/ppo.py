@@ -5,9 +5,12 @@ The Trax PPO trainer's loss in heron's agent contract. ``learn`` takes the last 
 ``cycle_one_time``), computes GAE(discount, gae_lambda) advantages, cuts the steps into
 sequences of ``sequence_length`` and runs ``num_epochs`` passes of shuffled mini-batches of
 ``batch_size`` sequences: a clipped surrogate, a value loss weighted by ``value_cost`` and an
-entropy bonus weighted by ``entropy_cost``. With ``target_kl`` the passes stop as in Trax:
-after each update the approximate KL to the behaviour policy is measured on the whole batch,
-and once it exceeds 1.5 x target_kl no further update is made.
+entropy bonus weighted by ``entropy_cost``. With ``target_kl`` the passes stop by Trax's
+rule: after each update the KL to the behaviour policy is estimated on the whole batch, and
+once it exceeds 1.5 x target_kl no further update is made. The estimate differs from Trax's:
+Trax averages log mu - log pi over the batch, which is not a KL and can be negative (so it
+may never stop); heron averages (r - 1) - log r, r = pi / mu, an unbiased estimate of
+KL(mu || pi) that is never negative. The same target_kl therefore stops at other points.
 """
 
 from __future__ import annotations
@@ -62,6 +65,10 @@ RENAMED = {
     "core_size": "network.core_size",
     "hidden_sizes": "network.hidden_sizes",
     "activation": "network.activation",
+    # Trax padded each trajectory to a multiple of ``boundary`` steps; heron never pads: it
+    # collects fixed unrolls and cuts them into sequences.
+    "boundary": "unroll_length (heron collects fixed unrolls of that many steps and pads no "
+    "trajectory; sequences for training are cut from them, ppo.sequence_length)",
 }
 
 
@@ -94,8 +101,9 @@ class PPOConfig:
     sequence_length: int = integer(1, 1)
     """Steps per training sequence (recurrent cores learn over sequences)."""
     target_kl: float = number(math.inf, 0.0, low_open=True)
-    """Stop an iteration's updates once the approximate KL to the behaviour policy exceeds
-    1.5 x target_kl (Trax's rule; Trax's default is 0.01); inf disables it."""
+    """Stop an iteration's updates once the estimated KL to the behaviour policy exceeds
+    1.5 x target_kl (Trax's rule, Trax's default 0.01; heron's estimate is a true KL, never
+    negative, where Trax's mean log-ratio can be); inf disables it."""
     two_towers: bool = True
     """Separate policy and value networks; False shares torso and core (Trax's
     two_towers)."""
@@ -327,7 +335,11 @@ def token_model(spec: EnvSpec, config: PPOConfig) -> PolicyModel:
     is recorded, so training re-reads exactly what the actor saw."""
     action_spec = spec.action
     observation_ser, action_ser, layout = tokens.serializations(
-        (math.prod(spec.observation_shape),), action_spec, config.vocab_size, config.tokens
+        (math.prod(spec.observation_shape),),
+        action_spec,
+        config.vocab_size,
+        config.tokens,
+        spec.observation_categories,
     )
     module = tokens.TokenPolicyValue(
         config.vocab_size, layout, action_spec.n_actions, config.tokens
@@ -345,6 +357,8 @@ def token_model(spec: EnvSpec, config: PPOConfig) -> PolicyModel:
 
     def step(params, timestep: TimeStep, carry, key, temperature):
         observation = flat_observation(spec.observation_shape, timestep.observation)
+        if spec.observation_categories is not None:  # Discrete: each category its own token
+            observation = jnp.rint(observation).astype(jnp.int32)
         history = tokens.push(
             carry, serialization.serialize(observation_ser, observation), timestep.is_first()
         )

@@ -23,7 +23,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import io_callback
 
-from heron.specs import EnvSpec, action_spec_from_space, observation_shape_from_space
+from heron.specs import (
+    EnvSpec,
+    action_spec_from_space,
+    observation_categories_from_space,
+    observation_shape_from_space,
+)
 from heron.types import StepType, TimeStep
 
 
@@ -46,6 +51,7 @@ class GymEnv:
             observation_dtype=np.float32,
             action=action_spec_from_space(self._env.single_action_space),
             max_episode_steps=max_episode_steps,
+            observation_categories=observation_categories_from_space(obs_space),
         )
         self._needs_reset = np.zeros(num_envs, bool)
         self._restart_seed: int | None = None

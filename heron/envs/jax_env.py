@@ -13,7 +13,12 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from heron.specs import EnvSpec, action_spec_from_space, observation_shape_from_space
+from heron.specs import (
+    EnvSpec,
+    action_spec_from_space,
+    observation_categories_from_space,
+    observation_shape_from_space,
+)
 from heron.types import StepType, TimeStep, first_step
 
 _NO_LIMIT = 2**30
@@ -40,11 +45,13 @@ class JaxEnv:
         self._env = env
         # gymnax's own time limit is lifted; heron truncates at max_episode_steps itself.
         self._params = params.replace(max_steps_in_episode=_NO_LIMIT)
+        observation_space = env.observation_space(params)
         self.spec = EnvSpec(
-            observation_shape=observation_shape_from_space(env.observation_space(params)),
+            observation_shape=observation_shape_from_space(observation_space),
             observation_dtype=jnp.float32,
             action=action_spec_from_space(env.action_space(params)),
             max_episode_steps=max_episode_steps,
+            observation_categories=observation_categories_from_space(observation_space),
         )
 
     def with_num_envs(self, num_envs: int) -> JaxEnv:

@@ -65,12 +65,17 @@ class ObservationPipeline:
 
     @property
     def spec(self) -> EnvSpec:
-        """The EnvSpec agents see: observations [history, *obs] when stacking."""
+        """The EnvSpec agents see: observations [history, *obs] when stacking; normalised
+        observations are no longer categories."""
         shape = self.env_spec.observation_shape
         if self.history > 1:
             shape = (self.history,) + shape
+        categories = None if self.normalize else self.env_spec.observation_categories
         return dataclasses.replace(
-            self.env_spec, observation_shape=shape, observation_dtype=jnp.float32
+            self.env_spec,
+            observation_shape=shape,
+            observation_dtype=jnp.float32,
+            observation_categories=categories,
         )
 
     def init(self, num_envs: int) -> PipelineState:

@@ -64,16 +64,24 @@ def check_token_config(config: TokenConfig, prefix: str) -> None:
     )
 
 
-def serializations(observation_shape, action_spec, vocab_size: int, config: TokenConfig):
+def serializations(
+    observation_shape, action_spec, vocab_size: int, config: TokenConfig, categories=None
+):
     """(observation serialization, action serialization, layout of ``config.history`` steps).
-    Box actions are refused (``heron.serialization.action_serialization``)."""
+    Observations of ``categories`` categories (Discrete) are one exact token per element, as
+    Trax writes them; others are digits. Box actions are refused
+    (``heron.serialization.action_serialization``)."""
     action = serialization.action_serialization(action_spec, vocab_size)
-    observation = serialization.box_serialization(
-        tuple(observation_shape),
-        vocab_size,
-        config.precision,
-        clip_range=(-config.observation_range, config.observation_range),
-    )
+    if categories is not None:
+        size = int(np.prod(observation_shape))
+        observation = serialization.multi_discrete_serialization([categories] * size, vocab_size)
+    else:
+        observation = serialization.box_serialization(
+            tuple(observation_shape),
+            vocab_size,
+            config.precision,
+            clip_range=(-config.observation_range, config.observation_range),
+        )
     return observation, action, serialization.token_layout(observation, action, config.history)
 
 

@@ -527,7 +527,8 @@ def restore(setup: Setup, run_dir: str, kind: str = checkpoints.LATEST):
 
 def continue_run(setup: Setup, run_dir: str, rewrite_config: bool = False) -> dict:
     """Continues ``run_dir`` from its latest checkpoint to the setup's steps (a run stopped
-    before its first checkpoint starts again from the beginning). With JAX environments on
+    before its first checkpoint, with no training recorded, starts again from the beginning;
+    one whose history outlived its checkpoints is refused). With JAX environments on
     CPU the result equals the uninterrupted run's."""
     if not setup.run.checkpoints:
         raise ConfigError(
@@ -535,11 +536,11 @@ def continue_run(setup: Setup, run_dir: str, rewrite_config: bool = False) -> di
         )
     with rundir.RunLock(run_dir):
         if checkpoints.latest_step(run_dir) is None:
+            rundir.restart_from_scratch(run_dir)
             print(
                 f"heron: {run_dir!r} stopped before its first checkpoint: starting it again",
                 file=sys.stderr,
             )
-            rundir.truncate_metrics(run_dir, -1)
             rundir.write_config(run_dir, setup.record)
             return _run_from_start(setup, run_dir)
         return _continue(setup, run_dir, rewrite_config)

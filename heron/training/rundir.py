@@ -103,6 +103,27 @@ def truncate_metrics(run_dir: str, step: int) -> list[dict]:
     return kept
 
 
+def restart_from_scratch(run_dir: str) -> None:
+    """For a run with no checkpoint to resume from: empties its ``metrics.jsonl`` to start
+    again from step 0, when that file records no training. A history of training without any
+    checkpoint means the checkpoints were lost (or removed): RunDirError, nothing changed."""
+    path = os.path.join(run_dir, METRICS)
+    records = []
+    if os.path.exists(path):
+        with open(path) as f:
+            records = [json.loads(line) for line in f if line.strip()]
+    trained = [r.get("step", 0) for r in records if r.get("kind") in ("train", "eval")]
+    if trained:
+        raise RunDirError(
+            f"{run_dir!r} has no checkpoint, yet its {METRICS} records training up to step "
+            f"{max(trained)} ({len(records)} lines): its checkpoints/ was removed or lost. "
+            "Resuming would train again from step 0 and overwrite that history, so nothing "
+            f"was changed; start a new run directory, or move {METRICS} out of this one to "
+            "start it again"
+        )
+    truncate_metrics(run_dir, -1)
+
+
 def greedy_history(records: list[dict], temperature: float, seeds: list[int]) -> list[np.ndarray]:
     """The greedy evaluations recorded so far, one array [K] (per seed) per evaluation."""
     by_step: dict[int, dict[int, float]] = {}
