@@ -251,20 +251,36 @@ def _source_running(setup: Setup):
             close()
 
 
-def configs_from_record(record: dict, where: str):
+RECORD_SECTIONS = ("algo", "run", "heron_version", "init_from", "dataset")  # + the agent's
+
+
+def configs_from_record(record: dict, where: str, algo: str | None = None):
     """(algo, agent config, RunConfig) of a config record: config.json's layout, ``{"algo":
-    NAME, "run": {...}, NAME: {...}}`` (unknown or renamed fields refused by name)."""
+    NAME, "run": {...}, NAME: {...}}`` (``algo`` names the agent where the record does not).
+    Unknown sections and unknown or renamed fields are refused by name."""
     if not isinstance(record, dict):
         raise rundir.RunDirError(f"{where}: expected a mapping with algo, run and agent fields")
+    named = record.get("algo", algo)
+    if named is None:
+        raise rundir.RunDirError(
+            f"{where!r} names no algorithm: add algo = NAME (one of "
+            f"{', '.join(sorted(agents.REGISTRY))}) or give ALGO on the command line"
+        )
+    config_type = agents.config_class(named)
+    unknown = sorted(set(record) - {*RECORD_SECTIONS, named})
+    if unknown:
+        raise rundir.RunDirError(
+            f"{where!r} has unknown section{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(map(repr, unknown))}: a {named} config has algo, run and {named} "
+            f"(and a run's own {', '.join(RECORD_SECTIONS[2:])})"
+        )
     try:
-        algo = record["algo"]
-        config_type = agents.config_class(algo)
         renamed = getattr(config_type, "renamed_fields", None)
-        agent_config = rundir.config_from_record(config_type, record.get(algo, {}), where, renamed)
+        agent_config = rundir.config_from_record(config_type, record.get(named, {}), where, renamed)
         run = rundir.config_from_record(RunConfig, record.get("run", {}), where)
     except (KeyError, TypeError) as error:
         raise rundir.RunDirError(f"{where!r} is unreadable: {error!r}") from error
-    return algo, agent_config, run
+    return named, agent_config, run
 
 
 def read_config_file(path: str) -> dict:

@@ -259,7 +259,8 @@ def _parse_train(argv: list[str]):
     if path is not None:
         from heron import api
 
-        named, agent_config, run = api.configs_from_record(api.read_config_file(path), path)
+        record = api.read_config_file(path)
+        named, agent_config, run = api.configs_from_record(record, path, algo)
         if algo is not None and algo != named:
             raise UsageError(f"{path!r} configures {named}, not {algo}")
         algo, run = named, dataclasses.replace(run, run_dir=None)  # a rerun: a new run dir

@@ -96,6 +96,35 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path, capsys):
     assert not run_dir.exists()  # nothing written for a refused command
 
 
+@pytest.mark.parametrize(
+    "text, algo, message",
+    [
+        ('algo = "ppo"\n[foo]\nx = 1\n', None, "has unknown section 'foo': a ppo config has"),
+        ('algo = "ppo"\n[dqn]\nbatch_size = 8\n', None, "has unknown section 'dqn'"),
+        ('algo = "ppo"\n[ppo]\nbatch_sise = 8\n', None, "batch_sise"),
+        ("[run]\nsteps = 64\n", None, "names no algorithm: add algo = NAME (one of crr, dqn,"),
+        ('algo = "dqn"\n', "ppo", "configures dqn, not ppo"),
+    ],
+)
+def test_config_files_with_unknown_sections_or_no_algorithm_are_refused(
+    text, algo, message, tmp_path, capsys
+):
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    run_dir = tmp_path / "refused"
+    argv = ["train", *([algo] if algo else []), "--config", str(path), "--run-dir", str(run_dir)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and not run_dir.exists()
+
+
+def test_a_config_file_without_algo_takes_the_command_lines():
+    from heron.api import configs_from_record
+
+    algo, config, run = configs_from_record({"run": {"steps": 64}}, "f.toml", "ppo")
+    assert algo == "ppo" and run.steps == 64 and type(config).__name__ == "PPOConfig"
+
+
 def test_eval_of_missing_or_empty_run_dir(tmp_path, capsys):
     assert main(["eval", str(tmp_path / "missing")]) == 2
     assert "does not exist" in capsys.readouterr().err

@@ -4,6 +4,7 @@ collection from a trained policy, and CRR trained from a dataset through the dri
 from __future__ import annotations
 
 import json
+import os
 
 import h5py
 import jax
@@ -92,6 +93,9 @@ def test_write_read_round_trip_is_exact(tmp_path):
     loaded = minari.MinariDataset(str(tmp_path / "data"))
     assert loaded.total_episodes == 3 and loaded.total_steps == 12
     assert np.array_equal(next(loaded.iterate_episodes([1])).actions, episodes[1].actions)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert (tmp_path / "data").stat().st_mode & 0o777 == 0o777 & ~mask  # the user's umask
 
 
 def test_steps_follow_herons_convention():

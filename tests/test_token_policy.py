@@ -3,6 +3,7 @@ per-control clipping, the actor's token history, causality, and runs through the
 the command line."""
 
 import json
+import re
 
 import compiled
 import jax
@@ -13,7 +14,7 @@ from conftest import build
 
 import heron
 from heron import serialization
-from heron.agents import PPOConfig
+from heron.agents import NetworkConfig, PPOConfig
 from heron.agents.ppo import TOKEN_VALID, TOKENS, advantages_per_control, clipped_surrogate
 from heron.cli import main
 from heron.configs import ConfigError
@@ -111,10 +112,14 @@ def test_each_control_is_clipped_separately_not_jointly():
             "ppo.tokens.width=30 must be a multiple of ppo.tokens.heads=4",
         ),
         ({"vocab_size": 16, "tokens": TokenConfig(history=0)}, "ppo.tokens.history must be"),
+        (
+            {"vocab_size": 16, "network": NetworkConfig(hidden_sizes=(8,)), "two_towers": False},
+            "ppo.network.hidden_sizes=(8,), ppo.two_towers=False configure the vector network",
+        ),
     ],
 )
 def test_bad_token_settings_are_refused_by_name(kwargs, message):
-    with pytest.raises(ConfigError, match=message.replace("*", r"\*").replace(".", r"\.")):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         PPOConfig(**kwargs)
 
 

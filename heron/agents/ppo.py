@@ -138,11 +138,16 @@ class PPOConfig:
             )
         else:
             tokens.check_token_config(self.tokens, "ppo.tokens")
+            changed = [
+                f"ppo.network.{f.name}={getattr(self.network, f.name)!r}"
+                for f in dataclasses.fields(NetworkConfig)
+                if getattr(self.network, f.name) != getattr(NetworkConfig(), f.name)
+            ] + ([] if self.two_towers else ["ppo.two_towers=False"])
             check(
-                not self.network.recurrent,
-                f"ppo.vocab_size={self.vocab_size} acts with a transformer over the last "
-                f"ppo.tokens.history steps; ppo.network.core={self.network.core!r} configures "
-                "the vector network: drop it",
+                not changed,
+                f"ppo.vocab_size={self.vocab_size} acts with one transformer over the last "
+                f"ppo.tokens.history steps (policy and value heads on it, sized by "
+                f"ppo.tokens.*); {', '.join(changed)} configure the vector network: drop them",
             )
 
 

@@ -215,11 +215,18 @@ def write_dataset(
     staging = pathlib.Path(
         tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
     )
+    staging.chmod(0o777 & ~_umask())  # mkdtemp's 0700 would hide the dataset from others
     try:
         _write_minari(staging, target, episodes, observation_space, action_space, metadata)
         _move_into_place(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def estimated_size(episodes: Sequence[Episode]) -> int:
