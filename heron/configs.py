@@ -45,6 +45,8 @@ class Range:
     high_open: bool = False
 
     def describe(self) -> str:
+        if math.isinf(self.high) and math.isinf(self.low):
+            return "(any value)"
         if math.isinf(self.high):
             return f"{'>' if self.low_open else '>='} {self.low:g}"
         if math.isinf(self.low):
@@ -72,7 +74,8 @@ def _check_range(limits: Range, integer: bool, optional: bool, allow_inf: bool =
         if not _number(value) or (integer and not float(value).is_integer()) or math.isnan(value):
             raise ConfigError(f"{name} must be {kind} {limits.describe()}, got {value!r}")
         if math.isinf(value) and not allow_inf:
-            raise ConfigError(f"{name} must be a finite number {limits.describe()}, got {value!r}")
+            where = "" if limits.describe() == "(any value)" else f" {limits.describe()}"
+            raise ConfigError(f"{name} must be a finite number{where}, got {value!r}")
         if not limits.contains(value, value):
             raise ConfigError(f"{name} must be {limits.describe()}, got {value!r}")
 

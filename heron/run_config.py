@@ -4,7 +4,6 @@ to choose the source of experience; the driver, for its schedules)."""
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Literal
 
 from heron.configs import ConfigError, choice, integer, number, validate
@@ -133,8 +132,6 @@ class RunConfig:
                 "eval_temperatures must be one or more finite values >= 0, got "
                 f"{self.eval_temperatures}"
             )
-        if self.stop_at_return is not None and not math.isfinite(self.stop_at_return):
-            raise ConfigError(f"stop_at_return must be a finite return, got {self.stop_at_return}")
         if self.dataset is not None and not self.dataset:
             raise ConfigError("dataset must be a directory path, got an empty string")
         if self.run_dir is not None and not self.run_dir:

@@ -63,7 +63,7 @@ def test_train_eval_and_metrics_through_the_real_entry_point(tmp_path):
         ),
         (["train", "ppo", "--replay", "uniform"], "ppo cannot learn from the 'uniform' replayer"),
         (["train", "ppo", "--updates-per-iteration", "5"], "updates_per_iteration sets"),
-        (["train", "ppo", "--stop-at-return", "inf"], "stop_at_return must be a finite return"),
+        (["train", "ppo", "--stop-at-return", "inf"], "stop_at_return must be a finite number"),
         (
             ["train", "ppo", "--ppo.use-rollout-state"],
             "ppo.use_rollout_state needs a recurrent core",
@@ -79,6 +79,13 @@ def test_train_eval_and_metrics_through_the_real_entry_point(tmp_path):
             ["train", "ppo", "--ppo.batch-size", "300"],
             "ppo.batch_size=300 sequences must divide the 1024",
         ),
+        (
+            ["train", "ppo", "--controller", "plateau(learning_rte, 0.5, 3)"],
+            "sets ['learning_rte']",
+        ),
+        (["train", "ppo", "--ppo.vocab-size", "100000000"], "ppo.vocab_size must be in [2, 65536]"),
+        (["train", "crr", "--crr.replay.ratio", "inf"], "crr.replay.ratio must be a finite number"),
+        (["train", "ppo", "--ppo.boundary", "20"], "--ppo.boundary is no longer an option: use"),
         (["train"], "heron train needs an algorithm"),
         (["frobnicate"], "unknown command 'frobnicate'"),
         (["collect", "no-such-run", "--episodes", "2", "--out", "x"], "'no-such-run' does not"),

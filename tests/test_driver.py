@@ -165,7 +165,7 @@ def test_ppo_target_kl_stops_the_epochs_early():
         ({"replay": "fifo"}, "replay must be one of None, one_time, uniform, cycle_one_time"),
         ({"updates_per_iteration": 10}, "updates_per_iteration sets the gradient updates"),
         ({"num_envs": 0}, "num_envs must be >= 1, got 0"),
-        ({"stop_at_return": float("inf")}, "stop_at_return must be a finite return, got inf"),
+        ({"stop_at_return": float("inf")}, "stop_at_return must be a finite number, got inf"),
         ({"stop_at_return": float("nan")}, "stop_at_return must be a number"),
     ],
 )

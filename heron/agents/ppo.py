@@ -111,9 +111,11 @@ class PPOConfig:
     """Torso and core of each tower."""
     use_rollout_state: bool = False
     """Start each training sequence from the core state recorded when acting (ALF)."""
-    vocab_size: int | None = integer(None, 2, optional=True)
+    vocab_size: int | None = integer(None, 2, 2**16, optional=True)
     """Trax's policy_and_value_vocab_size: None acts on raw observations (the network above);
-    V >= 2 serializes observations and actions into tokens of a V-word vocabulary and acts
+    V in [2, 65536] (the embedding and the output layer grow with V: at 65536 and width 64,
+    4M parameters each) serializes observations and actions into tokens of a V-word
+    vocabulary and acts
     with one causal transformer with policy and value heads (ppo.tokens; two_towers and
     network do not apply). Box actions are refused."""
     tokens: TokenConfig = dataclasses.field(default_factory=TokenConfig)

@@ -122,6 +122,9 @@ def make_setup(
     }
     if controller is None and run.controller is not None:
         controller = controllers.parse_controller(run.controller)
+    if isinstance(controller, controllers.Plateau):  # its hyperparameter, before any write
+        controls = jax.eval_shape(agent.init, jax.random.PRNGKey(0)).controls
+        controllers.check_names({controller.name: 1.0}, tuple(controls))
     programs = program_cache.open_store(program_cache_dir, record)
     setup = Setup(
         algo, agent_config, run, agent, replay, source, evaluate, record, controller, programs
