@@ -38,8 +38,8 @@ from heron.offline.dataset import (
 )
 from heron.offline.source import DatasetSource
 from heron.run_config import RunConfig
-from heron.training import checkpoints, driver, rundir
-from heron.training.driver import Setup, TrainingError, seed_keys
+from heron.training import checkpoints, driver, rundir, signals
+from heron.training.driver import RunInterrupted, Setup, TrainingError, seed_keys
 from heron.training.evaluation import make_evaluate
 from heron.training.program import SEED_AXIS
 from heron.training.sources import EnvSource
@@ -440,16 +440,24 @@ def collect(
     agent_state = first_seed.agent_state
     observations = setup.source.observations(first_seed.source_state)
     policy_step = collecting.make_policy_step(setup.agent, pipeline, temperature, epsilon)
-    collected, returns = collecting.collect_episodes(
-        lambda n: envs.make(run.env, n, run.max_timestep),
-        setup.agent,
-        pipeline,
-        agent_state,
-        observations,
-        episodes,
-        policy_step,
-        jax.random.PRNGKey(seed),
-    )
+    with signals.StopRequests() as stops:
+        collected, returns = collecting.collect_episodes(
+            lambda n: envs.make(run.env, n, run.max_timestep),
+            setup.agent,
+            pipeline,
+            agent_state,
+            observations,
+            episodes,
+            policy_step,
+            jax.random.PRNGKey(seed),
+            stop=lambda: stops.signal_number is not None,
+        )
+    if stops.signal_number is not None:
+        raise RunInterrupted(
+            f"{stops.name} after {len(collected)} of {episodes} episodes: no dataset was "
+            f"written to {out!r}",
+            stops.signal_number,
+        )
     observation_space, action_space = gym_spaces(pipeline.env_spec)
     write_dataset(
         out,

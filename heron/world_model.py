@@ -40,7 +40,8 @@ from heron.configs import ConfigError, check, integer, number, validate
 from heron.networks import tokens
 from heron.networks.tokens import TokenConfig
 from heron.offline.dataset import check_against_env, content_hash, read_dataset
-from heron.training import checkpoints, rundir
+from heron.training import checkpoints, rundir, signals
+from heron.training.driver import RunInterrupted
 from heron.training.logging import RunLogger
 
 ALGO = "world-model"
@@ -292,8 +293,11 @@ def evaluate(apply, params, windows: Windows, observation_ser, layout, unigram: 
     }
 
 
-def _record(config: WorldModelConfig, layout, dataset) -> dict:
-    return {
+def _record(config: WorldModelConfig, data) -> dict:
+    """config.json of a run: its config, layout and dataset, and the observation statistics
+    it standardises with (from the training episodes)."""
+    layout, dataset = data.layout, data.dataset
+    record = {
         "algo": ALGO,
         ALGO: dataclasses.asdict(config),
         "run": {
@@ -311,6 +315,12 @@ def _record(config: WorldModelConfig, layout, dataset) -> dict:
         },
         "dataset": {**dataset.summary(), "content_sha256": content_hash(dataset)},
     }
+    if isinstance(data.transform, Standardise):
+        record["observation_statistics"] = {
+            "mean": data.transform.mean.tolist(),
+            "std": data.transform.std.tolist(),
+        }
+    return record
 
 
 def _prepare_run_dir(run_dir: str) -> None:
@@ -395,7 +405,7 @@ def resume(run_dir: str, steps: int | None = None) -> dict:
                 f"{run_dir!r} has done its {config.steps} steps (checkpoint at {step}); pass "
                 "a larger --steps to continue it"
             )
-        record = _record(config, data.layout, data.dataset)
+        record = _record(config, data)
         checkpoints.check_unchanged_config(
             run_dir, step, record, ("run.steps", f"{ALGO}.steps", f"{ALGO}.run_dir")
         )
@@ -421,15 +431,8 @@ def _state_template(config: WorldModelConfig, layout) -> WorldModelState:
 def _train_in(config, run_dir, data: _Data, resumed=None) -> dict:
     """Trains from the start, or from ``resumed`` = (state, step, metric records kept)."""
     model, layout, observation_ser = data.model, data.layout, data.observation_ser
-    train_windows, held_windows, unigram, transform = (
-        data.train_windows, data.held_windows, data.unigram, data.transform,
-    )  # fmt: skip
-    record = _record(config, layout, data.dataset)
-    if isinstance(transform, Standardise):
-        record["observation_statistics"] = {
-            "mean": transform.mean.tolist(),
-            "std": transform.std.tolist(),
-        }
+    train_windows, held_windows, unigram = data.train_windows, data.held_windows, data.unigram
+    record = _record(config, data)
     rundir.write_config(run_dir, record)
     optimizer = _optimizer(config)
     init_key, data_key = jax.random.split(jax.random.PRNGKey(config.seed))
@@ -466,34 +469,41 @@ def _train_in(config, run_dir, data: _Data, resumed=None) -> dict:
         checkpoints.Checkpointer(run_dir, config.keep_checkpoints) if config.checkpoints else None
     )
     start, last = time.monotonic() - wall_offset, {}
+    stops = signals.StopRequests()
     try:
-        while done < config.steps:
-            n = min(config.eval_every_n, config.steps - done)
-            keys = jax.random.split(jax.random.fold_in(data_key, done), n)
-            state, metrics = chunk(state, keys)
-            done += n
-            wall = time.monotonic() - start
-            logger.write({"kind": "train", "step": done, "seed": config.seed, "wall_s": wall}
-                         | {k: float(v) for k, v in metrics.items()})  # fmt: skip
-            last = evaluate(apply, state.params, held_windows, observation_ser, layout, unigram)
-            best = max(best, last["next_token_accuracy"])
-            logger.write(
-                {
-                    "kind": "eval",
-                    "step": done,
-                    "wall_s": wall,
-                    "seed": config.seed,
-                    "temperature": 0.0,
-                    "return_mean": last["next_token_accuracy"],
-                    "return_std": None,
-                    "episodes": len(held_windows.tokens),
-                    "quantity": QUANTITY,
-                    **{f"eval/{k}": v for k, v in last.items()},
-                }
-            )
-            logger.progress(done, done / max(wall, 1e-9), None, last["next_token_accuracy"])
-            if saver is not None and (done % config.save_every_n == 0 or done >= config.steps):
-                saver.save(done, state, record)
+        with stops:
+            while done < config.steps:
+                n = min(config.eval_every_n, config.steps - done)
+                keys = jax.random.split(jax.random.fold_in(data_key, done), n)
+                state, metrics = chunk(state, keys)
+                done += n
+                wall = time.monotonic() - start
+                logger.write({"kind": "train", "step": done, "seed": config.seed, "wall_s": wall}
+                             | {k: float(v) for k, v in metrics.items()})  # fmt: skip
+                last = evaluate(apply, state.params, held_windows, observation_ser, layout, unigram)
+                best = max(best, last["next_token_accuracy"])
+                logger.write(
+                    {
+                        "kind": "eval",
+                        "step": done,
+                        "wall_s": wall,
+                        "seed": config.seed,
+                        "temperature": 0.0,
+                        "return_mean": last["next_token_accuracy"],
+                        "return_std": None,
+                        "episodes": len(held_windows.tokens),
+                        "quantity": QUANTITY,
+                        **{f"eval/{k}": v for k, v in last.items()},
+                    }
+                )
+                logger.progress(done, done / max(wall, 1e-9), None, last["next_token_accuracy"])
+                saved = saver is not None and (
+                    done % config.save_every_n == 0 or done >= config.steps
+                )
+                if saved:
+                    saver.save(done, state, record)
+                if stops.signal_number is not None:
+                    _stop(stops, run_dir, done, state, record, saver, saved)
     finally:
         logger.close()
         if saver is not None:
@@ -513,6 +523,22 @@ def _train_in(config, run_dir, data: _Data, resumed=None) -> dict:
         "held_out_windows": len(held_windows.tokens),
         "params_digest": rundir.params_digest(state.params),
     }
+
+
+def _stop(stops, run_dir: str, done: int, state, record: dict, saver, saved: bool) -> None:
+    """SIGINT or SIGTERM arrived: save the step reached (unless just saved) and stop."""
+    if saver is None:
+        raise RunInterrupted(
+            f"{stops.name} at step {done}; the run saves no checkpoints (--no-checkpoints)",
+            stops.signal_number,
+        )
+    if not saved:
+        saver.save(done, state, record)
+    raise RunInterrupted(
+        f"{stops.name} at step {done}: checkpoint {done} saved; continue with "
+        f"`heron train --resume {run_dir}`",
+        stops.signal_number,
+    )
 
 
 def load_config(run_dir: str) -> WorldModelConfig:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 
 import h5py
 import jax
@@ -377,6 +378,30 @@ def test_collected_dataset_matches_its_rollouts(counting_run, tmp_path, capsys, 
     assert dataset.metadata["heron_env"] == "heron:Counting-v0"
     assert main(argv) == 2  # the dataset is there now: refused, not overwritten
     assert "already holds a dataset" in capsys.readouterr().err
+
+
+def test_ctrl_c_stops_collect_without_writing_a_dataset(
+    counting_run, tmp_path, capsys, monkeypatch
+):
+    """SIGINT during `heron collect`: the batch under way ends, nothing is written, and the
+    command says so and exits 128 + SIGINT (it used to write the whole dataset, exit 0)."""
+    from heron.offline import collect as collecting
+
+    rollout = collecting.rollout_episodes
+
+    def interrupted(*args, **kwargs):
+        result = rollout(*args, **kwargs)
+        signal.raise_signal(signal.SIGINT)  # as Ctrl-C during the first batch
+        return result
+
+    monkeypatch.setattr(collecting, "rollout_episodes", interrupted)
+    out = tmp_path / "data"
+    episodes = 2 * collecting.MAX_PARALLEL
+    argv = ["collect", str(counting_run), "--episodes", str(episodes), "--out", str(out)]
+    assert main(argv) == 128 + signal.SIGINT
+    err = capsys.readouterr().err
+    assert f"SIGINT after {collecting.MAX_PARALLEL} of {episodes} episodes: no dataset was" in err
+    assert not out.exists() and not list(tmp_path.glob(".data.*"))
 
 
 def test_collect_from_a_gym_env_and_bad_arguments(tmp_path, capsys):

@@ -2,6 +2,7 @@
 directory and plots, and --init-from it into a token PPO policy (the body copied exactly)."""
 
 import json
+import signal
 
 import jax
 import numpy as np
@@ -113,10 +114,16 @@ def test_token_ppo_trains_from_a_world_model_on_the_command_line(model_run, tmp_
     assert all(path.startswith("params/params/body/") for path in recorded["copied_paths"])
 
 
-def test_a_resumed_world_model_run_equals_the_uninterrupted_one(dataset, tmp_path, capsys):
+def test_a_resumed_world_model_run_equals_the_uninterrupted_one(
+    dataset, tmp_path, capsys, monkeypatch
+):
+    """With standardised observations, as the README's example (their statistics are part
+    of the run's record, and a resume must find them unchanged)."""
+
     def train(run_dir, steps):
         argv = ["world-model", "--dataset", str(dataset), "--run-dir", str(tmp_path / run_dir)]
         argv += ["--steps", str(steps), "--eval-every-n", "100", "--save-every-n", "200"]
+        argv += ["--normalize-observations", "True"]
         return cmd_train([*argv, *TINY_FLAGS])
 
     def lines(run_dir):
@@ -131,6 +138,26 @@ def test_a_resumed_world_model_run_equals_the_uninterrupted_one(dataset, tmp_pat
     assert lines("short") == lines("straight")
     assert main(["train", "--resume", str(tmp_path / "short")]) == 2
     assert "has done its 400 steps" in capsys.readouterr().err
+
+    # SIGTERM at step 100 (between two saves): it saves there, says so and stops; resumed,
+    # the run ends as the uninterrupted one.
+    evaluate, calls = world_model.evaluate, []
+
+    def terminated_at_100(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            signal.raise_signal(signal.SIGTERM)
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(world_model, "evaluate", terminated_at_100)
+    argv = ["train", "world-model", "--dataset", str(dataset), "--steps", "400"]
+    argv += ["--run-dir", str(tmp_path / "stopped"), "--eval-every-n", "100"]
+    argv += ["--save-every-n", "200", "--normalize-observations", "True", *TINY_FLAGS]
+    assert main(argv) == 128 + signal.SIGTERM
+    assert "SIGTERM at step 100: checkpoint 100 saved" in capsys.readouterr().err
+    monkeypatch.undo()
+    resumed = cmd_train(["--resume", str(tmp_path / "stopped")])
+    assert resumed["params_digest"] == straight["params_digest"]
 
 
 def test_a_world_model_run_has_no_policy_to_evaluate(model_run, capsys):

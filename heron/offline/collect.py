@@ -114,13 +114,24 @@ def rollout_episodes(env, agent, pipeline, agent_state, observations, policy_ste
 
 
 def collect_episodes(
-    make_env, agent, pipeline, agent_state, observations, episodes: int, policy_step, key
+    make_env,
+    agent,
+    pipeline,
+    agent_state,
+    observations,
+    episodes: int,
+    policy_step,
+    key,
+    stop=lambda: False,
 ):
     """``episodes`` whole episodes of ``policy_step`` on environments from ``make_env(n)``,
-    at most ``MAX_PARALLEL`` at a time; returns (episodes, returns [episodes] float64)."""
+    at most ``MAX_PARALLEL`` at a time (fewer once ``stop()`` holds between two batches);
+    returns (episodes, returns [episodes] float64)."""
     collected: list[Episode] = []
-    all_returns = []
+    all_returns = [np.zeros(0)]
     for batch in range(math.ceil(episodes / MAX_PARALLEL)):
+        if stop():
+            break
         n = min(MAX_PARALLEL, episodes - batch * MAX_PARALLEL)
         env = make_env(n)
         batch_episodes, returns = rollout_episodes(

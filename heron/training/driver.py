@@ -13,13 +13,10 @@ schedules. ``seeds`` independent runs share one compiled program.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
-import signal
 import sys
-import threading
 import time
 from typing import Any
 
@@ -29,7 +26,7 @@ import numpy as np
 from heron.agents.base import Agent
 from heron.configs import ConfigError
 from heron.run_config import RunConfig
-from heron.training import checkpoints, controllers, program_cache, rundir
+from heron.training import checkpoints, controllers, program_cache, rundir, signals
 from heron.training.logging import RunLogger
 from heron.training.program import NON_FINITE, Program, TrainState, make_program
 from heron.training.sources import Source
@@ -160,7 +157,7 @@ class _Loop:
         if run.checkpoints:
             self.checkpointer = checkpoints.Checkpointer(run_dir, run.keep_checkpoints)
             self.best_checkpointer = checkpoints.Checkpointer(run_dir, 1, kind=checkpoints.BEST)
-        self.stop_signal: int | None = None
+        self.stops = signals.StopRequests()
         self.reached_at: int | None = None  # the step whose evaluation reached stop_at_return
         self.history: list[dict] = []  # every line written, for the controller
         self.advised: set[str] = set()
@@ -187,10 +184,10 @@ class _Loop:
         self.saved_terminated = int(np.sum(stats.terminated))
         self.best = max((float(np.mean(g)) for g in self.greedy_history), default=-math.inf)
         try:
-            with self._stop_on_signals():
+            with self.stops:
                 for i in range(first, self.setup.iterations):
                     state = self._iteration(state, i, first)
-                    if self.stop_signal is not None:
+                    if self.stops.signal_number is not None:
                         self._stop(i + 1, state)
                     if self.reached_at is not None:
                         break
@@ -225,43 +222,23 @@ class _Loop:
         self._progress(steps)
         return state
 
-    @contextlib.contextmanager
-    def _stop_on_signals(self):
-        """SIGINT and SIGTERM let the iteration under way finish, then save and stop; a
-        second one stops at once."""
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-
-        def request_stop(number, frame):
-            if self.stop_signal is not None:
-                raise KeyboardInterrupt
-            self.stop_signal = number
-
-        previous = {n: signal.signal(n, request_stop) for n in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield
-        finally:
-            for number, handler in previous.items():
-                signal.signal(number, handler)
-
     def _stop(self, iteration: int, state: TrainState) -> None:
         steps = iteration * self.setup.steps_per_iteration
-        name = signal.Signals(self.stop_signal).name
+        name = self.stops.name
         self._write(
             {"kind": "note", "step": steps, "wall_s": self.wall(), "message": f"stopped by {name}"}
         )
         if self.checkpointer is None:
             raise RunInterrupted(
                 f"{name} at step {steps}; the run saves no checkpoints (--no-checkpoints)",
-                self.stop_signal,
+                self.stops.signal_number,
             )
         if self.saved_iteration != iteration:
             self._save(iteration, state)
         raise RunInterrupted(
             f"{name} at step {steps}: checkpoint {iteration} saved; continue with "
             f"`heron train --resume {self.run_dir}`",
-            self.stop_signal,
+            self.stops.signal_number,
         )
 
     def _check_finite(self, metrics: dict, inputs: dict, steps: int) -> None:
