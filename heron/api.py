@@ -27,6 +27,8 @@ import numpy as np
 from heron import agents, envs, presets, transfer
 from heron.agents.base import Agent
 from heron.configs import ConfigError
+from heron.envs.errors import EnvironmentRaised
+from heron.envs.gym_env import GymEnv
 from heron.envs.wrappers import ObservationPipeline
 from heron.offline import collect as collecting
 from heron.offline.dataset import (
@@ -212,7 +214,7 @@ def train(setup: Setup, run_dir: str | None = None) -> dict:
             _train_built, setup.algo, setup.agent_config, setup.run, os.path.abspath(run_dir)
         )
         return learner.run(setup.run, work)
-    with _source_running(setup):
+    with _source_running(setup, run_dir):
         return driver.train(setup, run_dir)
 
 
@@ -231,17 +233,26 @@ def _on_gpu_learner(setup: Setup) -> bool:
 
 
 @contextlib.contextmanager
-def _source_running(setup: Setup):
+def _source_running(setup: Setup, run_dir: str):
     """A source with processes of its own (Ray actors) starts before the run writes
-    anything and stops after it; a failure it reports from inside the compiled iteration is
-    raised as its own one-line error."""
+    anything and stops after it; a failure it reports from inside the compiled iteration
+    (an actor's, or what a Gymnasium environment raised) is raised as its own one-line
+    error."""
     start = getattr(setup.source, "start", None)
     try:
         if start is not None:
             start()
         yield
     except jax.errors.JaxRuntimeError:
-        failure = getattr(setup.source, "failure", None)
+        failure = getattr(setup.source, "failure", None) or GymEnv.take_failure()
+        if isinstance(failure, EnvironmentRaised):
+            saved = checkpoints.latest_step(run_dir) if os.path.isdir(run_dir) else None
+            kept = (
+                f"its last checkpoint ({saved}) is kept"
+                if saved is not None
+                else "it had saved no checkpoint yet"  # fmt: skip
+            )
+            raise TrainingError(f"{failure}; training stopped, {kept}") from None
         if failure is not None:
             raise failure from None
         raise
@@ -343,7 +354,7 @@ def resume(
         from heron.distributed import learner
 
         return learner.run(setup.run, functools.partial(resume, os.path.abspath(run_dir), steps))
-    with _source_running(setup):
+    with _source_running(setup, run_dir):
         return driver.continue_run(setup, run_dir, rewrite_config=steps is not None)
 
 

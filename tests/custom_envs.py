@@ -171,3 +171,31 @@ class NanJaxEnv(CounterJaxEnv):
 class WrongShapeJaxEnv(CounterJaxEnv):
     def get_obs(self, state, params=None, key=None):
         return jnp.zeros(3, jnp.float32)
+
+
+class RaisingJaxEnv(CounterJaxEnv):
+    """A gymnax environment whose step is not written yet."""
+
+    def step_env(self, key, state, action, params):
+        raise NotImplementedError
+
+
+class RaisingStepEnv(TinyEnv):
+    """A Gymnasium environment whose simulator fails after ``fail_after`` steps (of all its
+    instances in the process)."""
+
+    fail_after = 100
+    steps = 0
+
+    def step(self, action):
+        RaisingStepEnv.steps += 1
+        if RaisingStepEnv.steps > self.fail_after:
+            raise ValueError("the simulator diverged")
+        return super().step(action)
+
+
+class RaisingInitEnv(TinyEnv):
+    """A Gymnasium environment that cannot be constructed here."""
+
+    def __init__(self):
+        raise RuntimeError("licence file not found")

@@ -95,6 +95,42 @@ def test_a_bad_env_module_is_one_line(tmp_path, capsys):
     assert "env module 'not a module' is not a Python module path" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "env_id, message",
+    [
+        (
+            "custom_envs:RaisingStepEnv",
+            "the environment custom_envs:RaisingStepEnv raised ValueError in step: the "
+            "simulator diverged; training stopped, its last checkpoint (1) is kept",
+        ),
+        (
+            "custom_envs:RaisingJaxEnv",
+            "the environment custom_envs:RaisingJaxEnv raised NotImplementedError in step: "
+            "(no message)",
+        ),
+        (
+            "custom_envs:RaisingInitEnv",
+            "the environment custom_envs:RaisingInitEnv raised RuntimeError in its "
+            "constructor: licence file not found",
+        ),
+    ],
+)
+def test_an_environment_that_raises_ends_the_run_in_one_line(
+    env_id, message, tmp_path, capsys, monkeypatch
+):
+    """The user's environment raised: which one, in which call, its message, exit 1, no
+    traceback (a Gymnasium env's step inside the compiled iteration used to print two
+    tracebacks and "INTERNAL: CpuCallback error"; a gymnax env's an empty line)."""
+    import custom_envs
+
+    monkeypatch.setattr(custom_envs.RaisingStepEnv, "steps", 0)
+    run_dir = tmp_path / "run"
+    assert main(["train", "ppo", "--env", env_id, "--run-dir", str(run_dir), *SMALL]) == 1
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("heron:")]
+    assert lines == [f"heron: error: {message}"] and "Traceback" not in err  # beside progress
+
+
 def test_module_path_run_trains_evaluates_resumes_and_collects(tmp_path, capsys):
     run_dir = tmp_path / "run"
     argv = ["train", "ppo", "--env", "custom_envs:TinyEnv", "--run-dir", str(run_dir)]

@@ -68,9 +68,14 @@ class _CallbackErrors(logging.Handler):
 def describe(error: BaseException, original: BaseException | None) -> str:
     """``Type: message`` of the exception an environment raised (the host callback's own
     exception when JAX wrapped it), on one line."""
+    from heron.envs.errors import EnvironmentRaised
+
     cause = original if original is not None else error
+    where = ""
+    if isinstance(cause, EnvironmentRaised):
+        cause, where = cause.error, f" (in {cause.call})"
     text = " ".join(str(cause).split()) or "(no message)"
-    return f"{type(cause).__name__}: {text}"
+    return f"{type(cause).__name__}: {text}{where}"
 
 
 class Worker:
@@ -120,11 +125,15 @@ class Worker:
     def _guarded(self, function, *args):
         import jax
 
+        from heron.envs.gym_env import GymEnv
+
         self._errors.last = None
+        GymEnv.take_failure()
         try:
             return jax.device_get(function(*args))
         except Exception as error:
-            raise EnvironmentFailure(describe(error, self._errors.last)) from None
+            original = self._errors.last or GymEnv.take_failure()
+            raise EnvironmentFailure(describe(error, original)) from None
 
     def init(self, agent_state, key):
         """Fresh environments whose first step the agent acted on: (snapshot, steps [n, 1])."""

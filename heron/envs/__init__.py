@@ -29,6 +29,7 @@ import sys
 import types
 from collections.abc import Callable
 
+from heron.envs.errors import EnvironmentRaised, raised_by_user
 from heron.envs.gym_env import GymEnv
 from heron.envs.jax_env import JaxEnv
 
@@ -372,6 +373,12 @@ def _building(env_id: str):
                 "not installed"
             ) from None
         raise EnvUnavailableError(f"cannot make {env_id}: {message}") from None
+    except gymnasium.error.Error as error:
+        raise EnvUnavailableError(f"cannot make {env_id}: {_first_line(error)}") from None
+    except Exception as error:
+        if not raised_by_user(error):
+            raise
+        raise EnvironmentRaised(env_id, "its constructor", error) from None
 
 
 def _masked_cartpole():

@@ -17,12 +17,15 @@ collected like any other.
 
 from __future__ import annotations
 
+import logging
+
 import gymnasium
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental import io_callback
 
+from heron.envs.errors import EnvironmentRaised, raised_in
 from heron.specs import (
     EnvSpec,
     action_spec_from_space,
@@ -32,16 +35,30 @@ from heron.specs import (
 from heron.types import StepType, TimeStep
 
 
+class _QuietCallbackLog(logging.Filter):
+    """Keeps JAX from logging the traceback of an environment's exception in a callback:
+    heron reports it in one line (``GymEnv.take_failure``)."""
+
+    def filter(self, record):
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, EnvironmentRaised)
+
+
+logging.getLogger("jax._src.callback").addFilter(_QuietCallbackLog())
+
+
 class GymEnv:
     """A Gymnasium vector env; ``reset`` / ``step`` mirror JaxEnv's (the state is a dummy)."""
 
     is_jax = False
+    _failure: EnvironmentRaised | None = None  # the latest, of any GymEnv in this process
 
     def __init__(self, make_vector_env, num_envs: int, name: str, max_episode_steps=None):
         self.name = name
         self.num_envs = num_envs
         self._make_vector_env = make_vector_env
-        self._env = make_vector_env(num_envs)
+        with raised_in(name, "its constructor"):
+            self._env = make_vector_env(num_envs)
         autoreset = self._env.metadata.get("autoreset_mode")
         if autoreset is not None and autoreset != gymnasium.vector.AutoresetMode.NEXT_STEP:
             raise ValueError(f"{name}: heron needs next-step auto-reset, the env uses {autoreset}")
@@ -88,9 +105,24 @@ class GymEnv:
     def _host_restart(self, seed) -> None:
         self._restart_seed = int(seed)
 
+    @classmethod
+    def take_failure(cls) -> EnvironmentRaised | None:
+        """What a Gymnasium environment raised in a host callback since the last call (the
+        compiled program that called it fails with a generic runtime error)."""
+        failure, cls._failure = cls._failure, None
+        return failure
+
+    def _recorded(self, call: str, function, *args, **kwargs):
+        try:
+            with raised_in(self.name, call):
+                return function(*args, **kwargs)
+        except EnvironmentRaised as error:
+            GymEnv._failure = error
+            raise
+
     def _host_reset(self, seed) -> TimeStep:
         self._restart_seed = None
-        obs, _ = self._env.reset(seed=int(seed))
+        obs, _ = self._recorded("reset", self._env.reset, seed=int(seed))
         self._needs_reset = np.zeros(self.num_envs, bool)
         n = self.num_envs
         return TimeStep(
@@ -108,7 +140,7 @@ class GymEnv:
             action = action.astype(np.int64)
         else:  # Gaussian samples may leave the bounds
             action = np.clip(action, *self.spec.action.bounds)
-        obs, reward, terminated, truncated, _ = self._env.step(action)
+        obs, reward, terminated, truncated, _ = self._recorded("step", self._env.step, action)
         reset = self._needs_reset
         last = np.logical_or(terminated, truncated) & ~reset
         self._needs_reset = last

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from heron.envs.errors import raised_in
 from heron.specs import (
     EnvSpec,
     action_spec_from_space,
@@ -64,7 +65,8 @@ class JaxEnv:
         return jnp.asarray(obs, jnp.float32).reshape(self.spec.observation_shape)
 
     def _reset_one(self, key):
-        obs, env_state = self._env.reset_env(key, self._params)
+        with raised_in(self.name, "reset"):
+            obs, env_state = self._env.reset_env(key, self._params)
         return env_state, self._observation(obs)
 
     def reset(self, key) -> tuple[JaxEnvState, TimeStep]:
@@ -80,9 +82,10 @@ class JaxEnv:
 
     def _step_one(self, state: JaxEnvState, action, key):
         key_step, key_reset = jax.random.split(key)
-        obs, env_state, reward, terminated, _ = self._env.step_env(
-            key_step, state.env_state, action, self._params
-        )
+        with raised_in(self.name, "step"):
+            obs, env_state, reward, terminated, _ = self._env.step_env(
+                key_step, state.env_state, action, self._params
+            )
         obs = self._observation(obs)
         terminated = jnp.asarray(terminated, bool)
         episode_step = state.episode_step + 1
