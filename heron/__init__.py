@@ -21,6 +21,7 @@ _SUBMODULES = (
     "networks",
     "offline",
     "ops",
+    "presets",
     "replay",
     "schedules",
     "specs",

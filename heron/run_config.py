@@ -43,7 +43,9 @@ class RunConfig:
     """Environment, budget, evaluation and checkpoint settings of one training run."""
 
     env: str = "gymnax:CartPole-v1"
-    """Environment id with its source: gymnax:<id>, gym:<id> or heron:<id>."""
+    """Environment id with its source: gymnax:<id>, gym:<id> or heron:<id>. From Python also
+    an environment object (a gymnasium.Env, a gymnax Environment or (env, params) pair),
+    which runs as heron:<its class name> (``heron.envs.id_of``)."""
     steps: int = integer(100_000, 1)
     """Environment steps to train for (with a dataset: gradient updates), rounded up to whole
     iterations."""
@@ -123,6 +125,10 @@ class RunConfig:
     """With actors: the driver of the actors (--dist.driver, --dist.policy-lag, ...)."""
 
     def __post_init__(self):
+        if not isinstance(self.env, str):  # an environment object, from Python
+            from heron import envs
+
+            object.__setattr__(self, "env", envs.id_of(self.env))
         validate(self, "")
         if not (
             len(self.eval_temperatures) > 0

@@ -185,3 +185,25 @@ def test_env_module_run_is_rebuilt_from_config_json(tmp_path, capsys):
     code, _, err = heron("check-env", "gym:HeronTiny-v0", cwd=TESTS)
     assert code == 2 and "unknown gym environment 'HeronTiny-v0'" in err
     assert err.count("\n") == 1
+
+
+def test_environment_objects_are_accepted_from_python():
+    """``RunConfig(env=MyEnv())`` as SB3 users write it: a Gymnasium env (copied for each
+    environment of the run) or a gymnax pair runs as ``heron:<class name>``."""
+    import custom_envs
+
+    import heron
+
+    tiny = custom_envs.TinyEnv()
+    run = heron.RunConfig(env=tiny, num_envs=3)
+    assert run.env == "heron:TinyEnv" and heron.RunConfig(env=tiny).env == run.env
+    made = envs.make(run.env, 3)
+    assert not made.is_jax and made.spec.observation_shape == (2,)
+    _, first = made.reset(jax.random.PRNGKey(0))
+    np.testing.assert_array_equal(np.asarray(first.observation)[:, 0], 0.0)
+    assert heron.RunConfig(env=custom_envs.TinyEnv()).env == "heron:TinyEnv-2"  # another one
+    pair = heron.RunConfig(env=custom_envs.counter_pair()).env
+    assert pair.startswith("heron:CounterJaxEnv") and envs.make(pair, 2).is_jax
+    heron.build("ppo", run=heron.RunConfig(env=tiny, num_envs=8, steps=64))  # traced
+    with pytest.raises(ValueError, match="is not an environment: pass an id string"):
+        heron.RunConfig(env=object())

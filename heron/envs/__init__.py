@@ -55,8 +55,39 @@ class EnvUnavailableError(ValueError):
 
 
 def register(env_id: str, factory: Callable) -> None:
-    """Registers ``heron:<env_id>``; ``factory()`` returns a gymnax-style (env, params)."""
+    """Registers ``heron:<env_id>``; ``factory()`` returns a gymnax (env, params) pair, a
+    gymnax Environment or a gymnasium.Env (one per call: heron makes several copies)."""
     _HERON_ENVS[env_id] = factory
+
+
+def id_of(env) -> str:
+    """The id under which an environment object runs: a gymnasium.Env (copied for each of
+    the run's environments) or a gymnax Environment or (env, params) pair, registered as
+    ``heron:<its class name>`` in this process (another process, to resume or evaluate the
+    run, registers it again with ``register``; ``module.path:Attribute`` ids need not)."""
+    import copy
+
+    import gymnasium
+
+    pair = env if isinstance(env, tuple) else None
+    target = pair[0] if pair else env
+    if not isinstance(target, gymnasium.Env | _gymnax_environment_type()):
+        raise UnknownEnvError(
+            f"env={env!r} is not an environment: pass an id string, a gymnasium.Env, a gymnax "
+            "Environment or a gymnax (env, params) pair"
+        )
+    name = type(target).__name__
+    if isinstance(target, gymnasium.Env):
+        factory = lambda: copy.deepcopy(env)  # noqa: E731
+    else:
+        factory = lambda: env  # noqa: E731  (a JAX environment is stateless)
+    base, copies = name, 1
+    while name in _HERON_ENVS and getattr(_HERON_ENVS[name], "heron_env_object", None) is not env:
+        copies += 1
+        name = f"{base}-{copies}"
+    factory.heron_env_object = env
+    _HERON_ENVS[name] = factory
+    return f"heron:{name}"
 
 
 def _naming_help() -> str:
@@ -203,7 +234,7 @@ def make_one(env_id: str):
         if source == "gymnax":
             return import_gymnax().make(name)
         if source == "heron":
-            return _HERON_ENVS[name]()
+            return _custom_env(env_id, _HERON_ENVS[name])
         if source == "gym":
             import gymnasium
 
@@ -279,12 +310,9 @@ def make(env_id: str, num_envs: int = 1, max_episode_steps: int | None = None):
 
             env, params = gymnax.make(name)
             return JaxEnv(env, params, num_envs, max_episode_steps, env_id)
-        if source == "heron":
-            env, params = _HERON_ENVS[name]()
-            return JaxEnv(env, params, num_envs, max_episode_steps, env_id)
         if source == "gym":
             return _make_gym(env_id, name, num_envs, max_episode_steps)
-        target = _resolve_custom(env_id)
+        target = _HERON_ENVS[name] if source == "heron" else _resolve_custom(env_id)
         made = _custom_env(env_id, target)
         if isinstance(made, tuple):
             return _jax_env(env_id, *made, num_envs, max_episode_steps)
@@ -420,6 +448,7 @@ __all__ = [
     "UnknownEnvError",
     "check",
     "import_env_module",
+    "id_of",
     "is_builtin",
     "make",
     "make_one",
