@@ -72,10 +72,18 @@ def build(
     run: RunConfig | None = None,
     controller=None,
     program_cache: str | None = None,
+    observers=(),
 ) -> Setup:
     """Validates and builds a run: source, agent, replay, evaluation. Writes nothing.
     ``controller``: any callable ``history -> {hyperparameter: multiplier}`` called at each
     evaluation (see heron/training/controllers.py; ``run.controller`` names a built-in).
+    ``observers`` (ALF's observers and step metrics): callables given every step the run
+    collects, after each iteration, once per seed, as ``Experience`` of numpy arrays
+    [lanes, T, ...] (time in order within each lane, FIRST steps included, observations as
+    the replay keeps them); a returned ``{name: number}`` is logged with that iteration as
+    ``metrics/<name>`` (metrics.jsonl, TensorBoard). Their cost: the steps' copy to the
+    host each iteration, your function's time, and a program compiled apart from the
+    program cache's.
     ``program_cache``: a directory where the run's programs are exported for later runs of
     the same configuration, which load them instead of tracing them
     (heron/training/program_cache.py); only runs made of heron's and its libraries' code
@@ -88,6 +96,10 @@ def build(
         run = dataclasses.replace(run, preset=presets.NONE)
     envs.import_env_module(run.env_module)  # its registrations make the env id resolve
     if run.dataset is not None:
+        if observers:
+            raise ConfigError(
+                "observers see the steps a run collects; a run on a dataset collects none"
+            )
         return _build_offline(algo, agent_config, run, controller)
     env = envs.make(run.env, run.num_envs, run.max_timestep)
     _check_seeds(run, env)
@@ -117,6 +129,7 @@ def build(
         record,
         controller,
         program_cache if _cacheable(run, env) else None,
+        observers,
     )
 
 
@@ -335,20 +348,32 @@ def load_config(run_dir: str):
 
 
 def resume(
-    run_dir: str, steps: int | None = None, controller=None, program_cache: str | None = None
+    run_dir: str,
+    steps: int | None = None,
+    controller=None,
+    program_cache: str | None = None,
+    observers=(),
 ) -> dict:
     """Continues ``run_dir`` from its latest checkpoint to its configured ``steps`` (or to a
     new budget ``steps``). With JAX environments on CPU the result equals the uninterrupted
-    run's. A world-model run continues as ``heron.world_model.resume``. ``program_cache``:
-    as ``build``'s."""
+    run's. A world-model run continues as ``heron.world_model.resume``. ``program_cache``
+    and ``observers``: as ``build``'s."""
     if rundir.read_config(run_dir).get("algo") == "world-model":
         from heron import world_model
 
-        if controller is not None:
-            raise ConfigError("a world-model run has no hyperparameters for a controller")
+        if controller is not None or observers:
+            raise ConfigError(
+                "a world-model run has no hyperparameters for a controller and collects no "
+                "experience for observers"
+            )
         return world_model.resume(run_dir, steps)
     changes = {} if steps is None else {"steps": steps}
     setup = _rebuild(run_dir, controller, program_cache, **changes)
+    if observers and setup.run.dataset is not None:
+        raise ConfigError(
+            "observers see the steps a run collects; a run on a dataset collects none"
+        )
+    setup = dataclasses.replace(setup, observers=driver.check_observers(observers))
     _check_same_dataset(run_dir, setup)
     if _on_gpu_learner(setup):
         from heron.distributed import learner

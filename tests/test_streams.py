@@ -159,3 +159,42 @@ def test_an_unroll_dropped_for_policy_lag_still_leads_the_actors_next_one(monkey
         windows.append(np.asarray(batch["clock"])[0].tolist())
     assert windows == [[0, 1, 2, 3], [6, 7, 8, 9], [9, 10, 11, 12]]
     assert int(pool.counters[pool_module.DROPPED]) == 1 and int(replay_state.refused) == 0
+
+
+def test_observers_see_every_collected_step_once_in_order_and_log_what_they_return(tmp_path):
+    """ALF's observers and step metrics from Python: each iteration's steps (the run's first
+    steps with the first iteration's), every lane in time order, FIRST steps included; what
+    an observer returns is logged as ``metrics/<name>``."""
+    import json
+
+    from contract_cases import CASES
+
+    import heron
+    from heron.configs import ConfigError
+    from heron.training.driver import TrainingError
+
+    seen = []
+
+    def observer(experience):
+        seen.append(experience)
+        return {"mean_clock": float(np.mean(clock(experience)))}
+
+    run = heron.RunConfig(env="custom_envs:counter_pair", steps=32, num_envs=2, n_evals=1,
+                          eval_every_n=2)  # fmt: skip
+    setup = heron.build("ppo", CASES["ppo"].config, run, observers=[observer])
+    heron.train(setup, str(tmp_path / "run"))
+    assert [clock(e).shape for e in seen] == [(2, 9), (2, 8)]  # first steps + 2 unrolls of 8
+    stream = np.concatenate([clock(e) for e in seen], axis=1)
+    types_ = np.concatenate([np.asarray(e.step_type) for e in seen], axis=1)
+    assert np.all(types_[:, 0] == StepType.FIRST) and np.all(stream[:, 0] == 0)
+    follows = (stream[:, 1:] == stream[:, :-1] + 1) | (types_[:, 1:] == StepType.FIRST)
+    assert follows.all() and np.all(stream[types_ == StepType.FIRST] == 0)
+    lines = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+    logged = [line["metrics/mean_clock"] for line in lines if line["kind"] == "train"]
+    assert logged == pytest.approx([float(np.mean(clock(e))) for e in seen])
+
+    with pytest.raises(ConfigError, match="observers must be callables"):
+        heron.build("ppo", CASES["ppo"].config, run, observers=[1])
+    wrong = heron.build("ppo", CASES["ppo"].config, run, observers=[lambda e: 3.0])
+    with pytest.raises(TrainingError, match="observer <lambda> returned float; an observer"):
+        heron.train(wrong, str(tmp_path / "wrong"))

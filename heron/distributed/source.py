@@ -258,6 +258,10 @@ class RaySource:
         )
         return state._replace(actors=snapshots)
 
+    def last_steps(self, state: RaySourceState):
+        """The step each environment last acted on [num_envs, 1], in actor order."""
+        return jax.tree.map(lambda x: x[:, None], _joined(state.actors.pending))
+
     def observations(self, state: RaySourceState) -> PipelineState:
         """The actors' observation statistics merged (the evaluation's)."""
         pipeline = state.actors.observations

@@ -28,7 +28,7 @@ from heron.configs import ConfigError
 from heron.run_config import RunConfig
 from heron.training import checkpoints, controllers, program_cache, rundir, signals
 from heron.training.logging import RunLogger
-from heron.training.program import NON_FINITE, Program, TrainState, make_program
+from heron.training.program import EXPERIENCE, NON_FINITE, Program, TrainState, make_program
 from heron.training.sources import Source
 
 
@@ -63,6 +63,7 @@ class Setup:
     record: dict  # config.json's entries
     controller: Any = None  # history -> {hyperparameter: multiplier}, at each evaluation
     programs: program_cache.Store | None = None  # where its exported programs are kept
+    observers: tuple = ()  # experience [lanes, T, ...] -> {metric: value} or None, per seed
     compiled: Program | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
@@ -85,9 +86,41 @@ class Setup:
         """The compiled program, made once: its functions keep their traces, so the
         validation in ``make_setup`` and the run share them."""
         if self.compiled is None:
-            program = make_program(self.agent, self.replay, self.source, self.evaluate)
-            self.compiled = program_cache.cached(program, self.programs)
+            program = make_program(
+                self.agent, self.replay, self.source, self.evaluate, bool(self.observers)
+            )  # with observers its iteration also returns the steps: not the stored one's
+            self.compiled = program_cache.cached(program, None if self.observers else self.programs)
         return self.compiled
+
+
+def check_observers(observers) -> tuple:
+    """``observers`` as a tuple of callables."""
+    observers = tuple(observers or ())
+    for observer in observers:
+        if not callable(observer):
+            raise ConfigError(
+                f"observers must be callables (experience -> metrics or None), got {observer!r}"
+            )
+    return observers
+
+
+def observed_values(observer, result) -> dict[str, float]:
+    """An observer's return value: None, or {metric name: number}; anything else is refused
+    naming the observer."""
+    if result is None:
+        return {}
+    name = getattr(observer, "__name__", type(observer).__name__)
+    if not isinstance(result, dict) or not all(isinstance(k, str) for k in result):
+        raise TrainingError(
+            f"observer {name} returned {type(result).__name__}; an observer returns None or "
+            "a dict of metric names to numbers"
+        )
+    try:
+        return {key: float(value) for key, value in result.items()}
+    except (TypeError, ValueError):
+        raise TrainingError(
+            f"observer {name} returned values that are not numbers: {result!r}"
+        ) from None
 
 
 def make_setup(
@@ -101,6 +134,7 @@ def make_setup(
     extra_record=None,
     controller=None,
     program_cache_dir=None,
+    observers=(),
 ) -> Setup:
     """A setup whose config.json records the run, the agent's config and ``extra_record``;
     traces one iteration abstractly, so an agent that cannot learn from the source (e.g.
@@ -123,9 +157,11 @@ def make_setup(
         controls = jax.eval_shape(agent.init, jax.random.PRNGKey(0)).controls
         controllers.check_names({controller.name: 1.0}, tuple(controls))
     programs = program_cache.open_store(program_cache_dir, record)
+    observers = check_observers(observers)
     setup = Setup(
-        algo, agent_config, run, agent, replay, source, evaluate, record, controller, programs
-    )
+        algo, agent_config, run, agent, replay, source, evaluate, record, controller, programs,
+        observers,
+    )  # fmt: skip
     program = setup.program()
     keys = seed_keys(setup.seeds)
     if not program_cache.start_run(program, keys):
@@ -162,6 +198,7 @@ class _Loop:
         self.history: list[dict] = []  # every line written, for the controller
         self.advised: set[str] = set()
         self.saved_iteration: int | None = None
+        self.first_steps = None  # a fresh run's first steps, until its observers see them
         self.logger = RunLogger(
             run_dir,
             setup.iterations * setup.steps_per_iteration,
@@ -178,6 +215,9 @@ class _Loop:
 
     def run(self, state: TrainState) -> TrainState:
         first = int(state.iteration[0])
+        if first == 0 and self.setup.observers:  # the environments' first steps, observed
+            last_steps = jax.vmap(self.setup.source.last_steps)  # with the first iteration's
+            self.first_steps = jax.device_get(last_steps(state.source_state))
         stats = self.episodes(state)
         self.logged = (stats.completed, stats.return_sum, stats.return_sq_sum)
         self.evaluated = self.logged
@@ -203,6 +243,7 @@ class _Loop:
         tick = time.monotonic()
         state, metrics = self.program.iteration(state)
         metrics = jax.device_get(metrics)
+        experience = metrics.pop(EXPERIENCE, None)
         stats = self.episodes(state)
         if i > first:  # the first iteration of a process includes compilation
             self.train_time += time.monotonic() - tick
@@ -211,6 +252,8 @@ class _Loop:
         inputs = {k: v for k, v in metrics.items() if k.startswith(NON_FINITE)}
         metrics = {k: v for k, v in metrics.items() if not k.startswith(NON_FINITE)}
         self._check_finite(metrics, inputs, steps)
+        if experience is not None:
+            metrics.update(self._observe(experience))
         self._advise(metrics, steps)
         self._log_train(i + 1, steps, metrics, stats)
         last = i + 1 == setup.iterations
@@ -275,6 +318,25 @@ class _Loop:
             mean = np.where(count > 0, total / np.maximum(count, 1), np.nan)
             std = np.sqrt(np.maximum(squares / np.maximum(count, 1) - mean**2, 0.0))
         return count, mean, std
+
+    def _observe(self, experience) -> dict:
+        """Each observer called with each seed's steps of this iteration; the values they
+        return, as metrics [K] named ``metrics/<name>``."""
+        if self.first_steps is not None:
+            experience = jax.tree.map(
+                lambda a, b: np.concatenate([a, b], axis=2), self.first_steps, experience
+            )  # [K, lanes, 1 + T]
+            self.first_steps = None
+        values: dict[str, list] = {}
+        for k in range(self.setup.run.seeds):
+            steps = jax.tree.map(lambda x, k=k: x[k], experience)
+            for observer in self.setup.observers:
+                result = observer(steps)
+                for name, value in observed_values(observer, result).items():
+                    values.setdefault(f"metrics/{name}", [math.nan] * self.setup.run.seeds)[k] = (
+                        value
+                    )
+        return {name: np.asarray(seed_values) for name, seed_values in values.items()}
 
     def _log_train(self, iteration: int, steps: int, metrics: dict, stats) -> None:
         count, mean, _ = self._episode_summary(stats, self.logged)

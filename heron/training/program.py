@@ -125,6 +125,7 @@ def one_lane_step(steps):
 
 
 NON_FINITE = "non_finite/"  # metrics the driver checks but does not log
+EXPERIENCE = "experience"  # with observers: the iteration's steps, handed to them
 
 
 def non_finite_inputs(steps) -> dict:
@@ -148,9 +149,20 @@ def strongly_typed(tree):
     return jax.tree.map(lambda x: jax.lax.convert_element_type(x, x.dtype), tree)
 
 
-def make_program(agent: Agent, replay, source: Source, evaluate: Callable) -> Program:
+def lanes_of(steps):
+    """``steps`` [lanes, T] as they are, or ``ActorSteps``' [U, lanes, T] as [U x lanes, T]."""
+    if not isinstance(steps, ActorSteps):
+        return steps
+    return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), steps.steps)
+
+
+def make_program(
+    agent: Agent, replay, source: Source, evaluate: Callable, observe: bool = False
+) -> Program:
     """``evaluate(agent_state, observations, key) -> returns [n_temperatures, n]`` is the
-    run's evaluation (``evaluation.make_evaluate`` with ``axis_name=SEED_AXIS``)."""
+    run's evaluation (``evaluation.make_evaluate`` with ``axis_name=SEED_AXIS``). With
+    ``observe`` the iteration's metrics also carry its steps (``EXPERIENCE``) for the
+    host's observers."""
 
     def init_one(keys, agent_state):
         _, source_key, key = keys
@@ -184,6 +196,8 @@ def make_program(agent: Agent, replay, source: Source, evaluate: Callable) -> Pr
         )
         if steps is not None:  # where non-finite values come from, when there are any
             metrics.update(non_finite_inputs(getattr(steps, "steps", steps)))
+            if observe:
+                metrics[EXPERIENCE] = lanes_of(steps)
         if hasattr(source, "metrics"):
             metrics.update(source.metrics(source_state))
         new_state = TrainState(agent_state, replay_state, source_state, key, state.iteration + 1)

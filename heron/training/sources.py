@@ -18,7 +18,8 @@ iteration; None leaves it to the replay's rate), ``replay_sizes`` (what the sour
 the replay, e.g. a dataset's capacity), and readers of its state (``observations``: the
 observation pipeline's state, used by the policy when evaluating; ``view``: what an agent
 sees of the steps it adds, i.e. observations normalised with the latest statistics;
-``episodes``: the episode statistics).
+``episodes``: the episode statistics; ``last_steps``: the step each lane last acted on
+[lanes, 1], for sources that collect).
 
 ``EnvSource`` steps environments (JAX envs, or Gymnasium envs through host callbacks);
 other packages provide the rest (a dataset, actors on other machines).
@@ -213,6 +214,10 @@ class EnvSource:
         if self.env.is_jax:
             return state
         return state._replace(env_state=self.env.restart(state.env_state, key))
+
+    def last_steps(self, state: EnvSourceState):
+        """The step each environment last acted on [B, 1] (after ``init``: its first)."""
+        return jax.tree.map(lambda x: x[:, None], state.pending)
 
     def observations(self, state: EnvSourceState) -> PipelineState:
         return state.observations
