@@ -106,6 +106,28 @@ def test_update_moves_policy_towards_positive_advantages():
     }
 
 
+def test_summarize_grads_and_vars_logs_every_variables_norm_and_its_gradients():
+    """ALF's summarize_grads_and_vars: vars/<path> is each parameter's norm, grads/<path> its
+    gradient's, and their root sum of squares is grad_norm (a plain-loop reference)."""
+    config = PPOConfig(learning_rate=1e-2, entropy_cost=0.0, summarize_grads_and_vars=True)
+    agent = compiled.make("ppo", _spec(gymnasium.spaces.Discrete(2)), config)
+    state = agent.init(jax.random.PRNGKey(0))
+    _, metrics = agent.update(state, _batch(agent, state), jax.random.PRNGKey(0))
+    leaves = jax.tree_util.tree_leaves_with_path(state.params)
+    assert {k for k in metrics if k.startswith("vars/")} == {
+        "vars/" + "/".join(str(k.key) for k in path) for path, _ in leaves
+    }
+    for path, leaf in leaves:
+        name = "/".join(str(k.key) for k in path)
+        assert float(metrics[f"vars/{name}"]) == pytest.approx(
+            float(np.sqrt(sum(float(v) ** 2 for v in np.ravel(leaf)))), rel=1e-5
+        )
+    grads = [float(v) for k, v in metrics.items() if k.startswith("grads/")]
+    assert len(grads) == len(leaves) and max(grads) > 0
+    total = np.sqrt(sum(g**2 for g in grads))
+    assert float(metrics["grad_norm"]) == pytest.approx(total, rel=1e-5)
+
+
 def test_first_update_has_ratio_one_and_zero_kl():
     agent = compiled.make("ppo", _spec(gymnasium.spaces.Discrete(2)), PPOConfig())
     state = agent.init(jax.random.PRNGKey(0))

@@ -111,6 +111,9 @@ class CRRConfig:
     """Updates between hard copies into the target networks (after updates 1, P + 1, ...)."""
     max_grad_norm: float = number(40.0, 0.0, low_open=True)
     """Global-norm gradient clipping; inf disables it."""
+    summarize_grads_and_vars: bool = False
+    """Log the norm of every variable and of its gradient at each update (ALF's
+    summarize_grads_and_vars), as grads/<network>/<path> and vars/<network>/<path>."""
     network: NetworkConfig = dataclasses.field(default_factory=acme_network)
     """Torso and core of the policy and of the critic."""
     use_rollout_state: bool = False
@@ -435,8 +438,13 @@ def _build(spec: EnvSpec, config: CRRConfig, devices):
         metrics = {
             **critic_metrics,
             **policy_metrics,
-            "grad_norm/critic": optax.tree.norm(critic_grads),
-            "grad_norm/policy": optax.tree.norm(policy_grads),
+            **learning.gradient_metrics(
+                config,
+                {
+                    "critic": (critic_grads, state.critic_params),
+                    "policy": (policy_grads, state.policy_params),
+                },
+            ),
             **hyper.metrics(step, controls),
         }
         return new_state, metrics

@@ -88,6 +88,9 @@ class DQNConfig:
     """Where the Huber loss turns from quadratic to linear, > 0."""
     max_grad_norm: float = number(10.0, 0.0, low_open=True)
     """Global-norm gradient clipping; inf disables it."""
+    summarize_grads_and_vars: bool = False
+    """Log the norm of every variable and of its gradient at each update (ALF's
+    summarize_grads_and_vars), as grads/<network>/<path> and vars/<network>/<path>."""
     network: NetworkConfig = dataclasses.field(default_factory=dqn_network)
     """Torso and optional recurrent core of the Q network."""
     use_rollout_state: bool = False
@@ -336,7 +339,7 @@ def make_dqn(spec: EnvSpec, config: DQNConfig, devices=None, collects: bool = Tr
         )
         metrics = {
             **metrics,
-            "grad_norm/q": optax.tree.norm(grads),
+            **learning.gradient_metrics(config, {"q": (grads, state.params)}),
             **hyper.metrics(step, controls, state.env_steps),
         }
         return new_state, metrics

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from heron import ops, parallel, replay
 from heron.configs import ConfigError
@@ -275,6 +276,24 @@ class Hyperparameters:
             for name, schedule in self.schedules.items()
             if not schedule.is_constant
         }
+
+
+def gradient_metrics(config, networks: dict) -> dict:
+    """``grad_norm/<network>`` (``grad_norm`` for the unnamed one) of each ``{network:
+    (grads, params)}``; with ``config.summarize_grads_and_vars`` (ALF's) also the norm of
+    every variable and of its gradient, ``grads/<network>/<path>`` and
+    ``vars/<network>/<path>``."""
+    metrics = {}
+    for network, (grads, params) in networks.items():
+        prefix = f"/{network}" if network else ""
+        metrics[f"grad_norm{prefix}"] = optax.tree.norm(grads)
+        if not config.summarize_grads_and_vars:
+            continue
+        for kind, tree in (("grads", grads), ("vars", params)):
+            for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+                name = "/".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
+                metrics[f"{kind}{prefix}/{name}"] = jnp.sqrt(jnp.sum(jnp.square(leaf)))
+    return metrics
 
 
 def descend(updates, learning_rate):

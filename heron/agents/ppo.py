@@ -92,6 +92,9 @@ class PPOConfig:
     """Normalise advantages to zero mean and unit std within each mini-batch."""
     max_grad_norm: float = number(0.5, 0.0, low_open=True)
     """Global-norm gradient clipping; inf disables it."""
+    summarize_grads_and_vars: bool = False
+    """Log the norm of every variable and of its gradient at each update (ALF's
+    summarize_grads_and_vars), as grads/<network>/<path> and vars/<network>/<path>."""
     unroll_length: int = integer(32, 1)
     """Environment steps collected per environment per iteration."""
     num_epochs: int = integer(4, 1)
@@ -491,7 +494,7 @@ def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None, collects: bool = Tr
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         updates = learning.descend(updates, hyper("learning_rate", step, controls))
         params = optax.apply_updates(state.params, updates)
-        metrics["grad_norm"] = optax.tree.norm(grads)
+        metrics.update(learning.gradient_metrics(config, {"": (grads, state.params)}))
         return PPOState(params, opt_state, step + 1, controls), metrics
 
     update = learning.data_parallel(update, devices or jax.devices(), "ppo", config.batch_size)

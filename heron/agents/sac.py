@@ -89,6 +89,9 @@ class SACConfig:
     """The policy entropy alpha is tuned towards; None: -(action dimension)."""
     max_grad_norm: float = number(math.inf, 0.0, low_open=True)
     """Global-norm gradient clipping per network; inf (SB3: none) disables it."""
+    summarize_grads_and_vars: bool = False
+    """Log the norm of every variable and of its gradient at each update (ALF's
+    summarize_grads_and_vars), as grads/<network>/<path> and vars/<network>/<path>."""
     network: NetworkConfig = dataclasses.field(default_factory=sb3_network)
     """Torso and core of the policy and of each critic."""
     use_rollout_state: bool = False
@@ -456,8 +459,15 @@ def _build(spec: EnvSpec, config: SACConfig, devices) -> tuple[Agent, Callable]:
             update_step=step,
             controls=state.controls,
         )
-        metrics["grad_norm/critic"] = optax.tree.norm(critic_grads)
-        metrics["grad_norm/policy"] = optax.tree.norm(policy_grads)
+        metrics.update(
+            learning.gradient_metrics(
+                config,
+                {
+                    "critic": (critic_grads, state.critic_params),
+                    "policy": (policy_grads, state.policy_params),
+                },
+            )
+        )
         metrics.update(hyper.metrics(state.update_step, state.controls))
         return new_state, metrics
 

@@ -101,6 +101,9 @@ class SVG0Config:
     """Updates between hard copies into the target networks."""
     max_grad_norm: float = number(math.inf, 0.0, low_open=True)
     """Global-norm gradient clipping per network; inf (Acme: none) disables it."""
+    summarize_grads_and_vars: bool = False
+    """Log the norm of every variable and of its gradient at each update (ALF's
+    summarize_grads_and_vars), as grads/<network>/<path> and vars/<network>/<path>."""
     network: NetworkConfig = dataclasses.field(default_factory=acme_network)
     """Torso and core of the policy, the critic and the prior."""
     exploration_noise: float = number(0.0, 0.0)
@@ -508,8 +511,16 @@ def _build(spec: EnvSpec, config: SVG0Config, devices) -> tuple[Agent, Callable]
             update_step=step,
             controls=state.controls,
         )
-        metrics["grad_norm/critic"] = optax.tree.norm(critic_grads)
-        metrics["grad_norm/policy"] = optax.tree.norm(policy_grads)
+        metrics.update(
+            learning.gradient_metrics(
+                config,
+                {
+                    "critic": (critic_grads, state.critic_params),
+                    "policy": (policy_grads, state.policy_params),
+                    **({"prior": (prior_grads, state.prior_params)} if config.prior else {}),
+                },
+            )
+        )
         metrics.update(hyper.metrics(state.update_step, state.controls))
         return new_state, metrics
 
