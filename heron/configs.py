@@ -155,6 +155,16 @@ def choice(default, choices: Sequence):
     return _field(default, _check_choice(tuple(choices)))
 
 
+def registered(default, names: Callable[[], Sequence]):
+    """A field taking one of the names ``names()`` gives when a config is made (built-ins
+    and those registered so far)."""
+
+    def check_value(name: str, value) -> None:
+        _check_choice(tuple(names()))(name, value)
+
+    return _field(default, check_value)
+
+
 def sizes(default, allow_empty: bool = False):
     """A tuple of layer sizes >= 1."""
     return _field(tuple(default), _check_sizes(allow_empty))

@@ -128,6 +128,53 @@ def test_summarize_grads_and_vars_logs_every_variables_norm_and_its_gradients():
     assert float(metrics["grad_norm"]) == pytest.approx(total, rel=1e-5)
 
 
+def test_a_users_body_and_optimiser_serve_every_agent(monkeypatch):
+    """Trax's policy_and_value_model / policy_and_value_optimizer from Python: a flax body
+    registered by name is every agent's torso, an optax direction registered by name their
+    optimiser; PPO learns with them; an unknown name is refused listing the known ones."""
+    import flax.linen as nn
+    import optax
+    from contract_cases import CASES
+
+    from heron.agents import learning
+    from heron.networks import register_body
+
+    class Body(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.relu(nn.Dense(8, name="users_dense")(x))
+
+    from heron.networks import network as network_module
+
+    monkeypatch.setattr(network_module, "BODIES", {})  # this test's registrations only
+    monkeypatch.setattr(learning, "OPTIMIZERS", {})
+    register_body("users_body", lambda config: Body())
+    learning.register_optimizer("users_rms", lambda: optax.scale_by_rms())
+    users = {"torso": "users_body"}
+    for name, case in CASES.items():
+        network = dataclasses.replace(case.config.network, **users)
+        config = dataclasses.replace(case.config, network=network, optimizer="users_rms")
+        spec = _spec(gymnasium.spaces.Box(-1.0, 1.0, (1,)))
+        if name in ("ppo", "dqn"):
+            spec = _spec(gymnasium.spaces.Discrete(2))
+        state = jax.eval_shape(agents.make(name, spec, config).init, jax.random.PRNGKey(0))
+        paths = {jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(state)}
+        assert any("users_dense" in p for p in paths), name
+        assert any("ScaleByRmsState" in repr(leaf) for leaf in [state]), name
+    config = PPOConfig(learning_rate=1e-2, entropy_cost=0.0, network=NetworkConfig(**users),
+                       optimizer="users_rms")  # fmt: skip
+    agent = compiled.make("ppo", _spec(gymnasium.spaces.Discrete(2)), config)
+    state = agent.init(jax.random.PRNGKey(0))
+    batch, before = _batch(agent, state), _probability_of_one(agent, state)
+    for _ in range(10):
+        state, _ = agent.update(state, batch, jax.random.PRNGKey(0))
+    assert _probability_of_one(agent, state) > before + 0.05
+    with pytest.raises(ConfigError, match="ppo.network.torso must be one of mlp, layer_norm_m"):
+        PPOConfig(network=NetworkConfig(torso="no_such_body"))
+    with pytest.raises(ConfigError, match="ppo.optimizer must be one of adam, users_rms"):
+        PPOConfig(optimizer="sgdd")
+
+
 def test_first_update_has_ratio_one_and_zero_kl():
     agent = compiled.make("ppo", _spec(gymnasium.spaces.Discrete(2)), PPOConfig())
     state = agent.init(jax.random.PRNGKey(0))

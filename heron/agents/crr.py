@@ -39,7 +39,7 @@ from heron.agents.base import (
     extra,
     warn_zero_start,
 )
-from heron.configs import ConfigError, check, choice, integer, number, scheduled
+from heron.configs import ConfigError, check, choice, integer, number, registered, scheduled
 from heron.networks import (
     DenseHead,
     Network,
@@ -111,6 +111,9 @@ class CRRConfig:
     """Updates between hard copies into the target networks (after updates 1, P + 1, ...)."""
     max_grad_norm: float = number(40.0, 0.0, low_open=True)
     """Global-norm gradient clipping; inf disables it."""
+    optimizer: str = registered("adam", learning.optimizer_names)
+    """Update direction: adam, or an optimiser registered with
+    heron.agents.learning.register_optimizer (Trax's policy_and_value_optimizer)."""
     summarize_grads_and_vars: bool = False
     """Log the norm of every variable and of its gradient at each update (ALF's
     summarize_grads_and_vars), as grads/<network>/<path> and vars/<network>/<path>."""
@@ -199,8 +202,8 @@ def _build(spec: EnvSpec, config: CRRConfig, devices):
         if math.isinf(config.max_grad_norm)
         else [optax.clip_by_global_norm(config.max_grad_norm)]
     )
-    policy_optimizer = optax.chain(*clip, optax.scale_by_adam())
-    critic_optimizer = optax.chain(*clip, optax.scale_by_adam())
+    policy_optimizer = optax.chain(*clip, learning.direction(config))
+    critic_optimizer = optax.chain(*clip, learning.direction(config))
     policy, critic = networks(spec, config)
     recurrent = config.network.recurrent
 

@@ -50,7 +50,7 @@ from heron.agents.base import (
     extra,
     warn_zero_start,
 )
-from heron.configs import ConfigError, check, integer, number, scheduled
+from heron.configs import ConfigError, check, integer, number, registered, scheduled
 from heron.networks import DenseHead, NetworkConfig, flat_observation, make_network
 from heron.networks.distributions import GREEDY_BELOW
 from heron.specs import EnvSpec
@@ -88,6 +88,9 @@ class DQNConfig:
     """Where the Huber loss turns from quadratic to linear, > 0."""
     max_grad_norm: float = number(10.0, 0.0, low_open=True)
     """Global-norm gradient clipping; inf disables it."""
+    optimizer: str = registered("adam", learning.optimizer_names)
+    """Update direction: adam, or an optimiser registered with
+    heron.agents.learning.register_optimizer (Trax's policy_and_value_optimizer)."""
     summarize_grads_and_vars: bool = False
     """Log the norm of every variable and of its gradient at each update (ALF's
     summarize_grads_and_vars), as grads/<network>/<path> and vars/<network>/<path>."""
@@ -212,7 +215,7 @@ def make_dqn(spec: EnvSpec, config: DQNConfig, devices=None, collects: bool = Tr
         if math.isinf(config.max_grad_norm)
         else [optax.clip_by_global_norm(config.max_grad_norm)]
     )
-    optimizer = optax.chain(*clip, optax.scale_by_adam())
+    optimizer = optax.chain(*clip, learning.direction(config))
     network = make_network(
         config.network,
         DenseHead((controls_count, n_actions), None),

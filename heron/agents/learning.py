@@ -296,6 +296,31 @@ def gradient_metrics(config, networks: dict) -> dict:
     return metrics
 
 
+OPTIMIZERS: dict[str, Callable] = {}  # a user's optimisers by name: factory() -> direction
+
+
+def register_optimizer(name: str, factory: Callable) -> None:
+    """Makes ``name`` an optimiser any agent can use (``ALGO.optimizer``; Trax's
+    policy_and_value_optimizer): ``factory()`` returns the optax transformation of the
+    gradients into an update direction (Adam's is ``optax.scale_by_adam()``); the agent
+    clips the gradients before it and steps by minus its scheduled learning rate after it.
+    Register it again in every process that trains the run (to resume it)."""
+    if name == "adam":
+        raise ValueError("'adam' is the built-in optimiser; choose another name")
+    OPTIMIZERS[name] = factory
+
+
+def optimizer_names() -> tuple[str, ...]:
+    return ("adam", *OPTIMIZERS)
+
+
+def direction(config, **adam) -> optax.GradientTransformation:
+    """``config.optimizer``'s update direction (``adam``: ``optax.scale_by_adam(**adam)``)."""
+    if config.optimizer == "adam":
+        return optax.scale_by_adam(**adam)
+    return OPTIMIZERS[config.optimizer]()
+
+
 def descend(updates, learning_rate):
     """Optimiser updates (e.g. Adam's direction, ``optax.scale_by_adam``) times the learning
     rate in effect, as gradient descent: ``-learning_rate * updates``."""

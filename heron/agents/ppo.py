@@ -34,7 +34,7 @@ from heron.agents.base import (
     extra,
     warn_zero_start,
 )
-from heron.configs import check, integer, number, scheduled
+from heron.configs import check, integer, number, registered, scheduled
 from heron.networks import (
     DenseHead,
     Heads,
@@ -92,6 +92,9 @@ class PPOConfig:
     """Normalise advantages to zero mean and unit std within each mini-batch."""
     max_grad_norm: float = number(0.5, 0.0, low_open=True)
     """Global-norm gradient clipping; inf disables it."""
+    optimizer: str = registered("adam", learning.optimizer_names)
+    """Update direction: adam, or an optimiser registered with
+    heron.agents.learning.register_optimizer (Trax's policy_and_value_optimizer)."""
     summarize_grads_and_vars: bool = False
     """Log the norm of every variable and of its gradient at each update (ALF's
     summarize_grads_and_vars), as grads/<network>/<path> and vars/<network>/<path>."""
@@ -419,7 +422,7 @@ def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None, collects: bool = Tr
         if math.isinf(config.max_grad_norm)
         else [optax.clip_by_global_norm(config.max_grad_norm)]
     )
-    optimizer = optax.chain(*clip, optax.scale_by_adam(eps=1e-5))
+    optimizer = optax.chain(*clip, learning.direction(config, eps=1e-5))
     use_rollout_state = config.use_rollout_state
 
     def init(key) -> PPOState:

@@ -54,7 +54,7 @@ from heron.agents.base import (
     warn_zero_start,
 )
 from heron.agents.learning import restart_masks, sample_with_log_prob, tanh_gaussian
-from heron.configs import integer, number, scheduled
+from heron.configs import integer, number, registered, scheduled
 from heron.networks import DenseHead, PolicyHead, flat_observation, make_network
 from heron.networks.network import Network, NetworkConfig
 from heron.specs import EnvSpec
@@ -89,6 +89,9 @@ class SACConfig:
     """The policy entropy alpha is tuned towards; None: -(action dimension)."""
     max_grad_norm: float = number(math.inf, 0.0, low_open=True)
     """Global-norm gradient clipping per network; inf (SB3: none) disables it."""
+    optimizer: str = registered("adam", learning.optimizer_names)
+    """Update direction: adam, or an optimiser registered with
+    heron.agents.learning.register_optimizer (Trax's policy_and_value_optimizer)."""
     summarize_grads_and_vars: bool = False
     """Log the norm of every variable and of its gradient at each update (ALF's
     summarize_grads_and_vars), as grads/<network>/<path> and vars/<network>/<path>."""
@@ -237,8 +240,8 @@ def _build(spec: EnvSpec, config: SACConfig, devices) -> tuple[Agent, Callable]:
         else [optax.clip_by_global_norm(config.max_grad_norm)]
     )
     optimizers = {
-        "policy": optax.chain(*clip, optax.scale_by_adam()),
-        "critic": optax.chain(*clip, optax.scale_by_adam()),
+        "policy": optax.chain(*clip, learning.direction(config)),
+        "critic": optax.chain(*clip, learning.direction(config)),
         "alpha": optax.scale_by_adam(),
     }
     target_entropy = (

@@ -64,7 +64,7 @@ from heron.agents.base import (
 )
 from heron.agents.crr import acme_network
 from heron.agents.learning import restart_masks, sample_with_log_prob, tanh_gaussian
-from heron.configs import integer, number, scheduled
+from heron.configs import integer, number, registered, scheduled
 from heron.networks import DenseHead, PolicyHead, flat_observation, make_network
 from heron.networks.network import Network, NetworkConfig
 from heron.specs import EnvSpec
@@ -101,6 +101,9 @@ class SVG0Config:
     """Updates between hard copies into the target networks."""
     max_grad_norm: float = number(math.inf, 0.0, low_open=True)
     """Global-norm gradient clipping per network; inf (Acme: none) disables it."""
+    optimizer: str = registered("adam", learning.optimizer_names)
+    """Update direction: adam, or an optimiser registered with
+    heron.agents.learning.register_optimizer (Trax's policy_and_value_optimizer)."""
     summarize_grads_and_vars: bool = False
     """Log the norm of every variable and of its gradient at each update (ALF's
     summarize_grads_and_vars), as grads/<network>/<path> and vars/<network>/<path>."""
@@ -284,7 +287,7 @@ def _build(spec: EnvSpec, config: SVG0Config, devices) -> tuple[Agent, Callable]
         if math.isinf(config.max_grad_norm)
         else [optax.clip_by_global_norm(config.max_grad_norm)]
     )
-    optimizers = {name: optax.chain(*clip, optax.scale_by_adam()) for name in names}
+    optimizers = {name: optax.chain(*clip, learning.direction(config)) for name in names}
     num_samples = config.num_action_samples
 
     def flat(observation):

@@ -8,6 +8,7 @@ from heron.networks.network import (
     NetworkConfig,
     flat_observation,
     make_network,
+    register_body,
     stack,
 )
 
@@ -21,5 +22,6 @@ __all__ = [
     "distributions",
     "flat_observation",
     "make_network",
+    "register_body",
     "stack",
 ]

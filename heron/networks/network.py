@@ -25,8 +25,25 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from heron.configs import choice, integer, sizes
+from heron.configs import choice, integer, registered, sizes
 from heron.networks.modules import ACTIVATIONS, CORES, TORSOS, Core, Torso, zero_core_state
+
+BODIES: dict[str, Callable] = {}  # a user's torsos by name: factory(NetworkConfig) -> module
+
+
+def register_body(name: str, factory: Callable) -> None:
+    """Makes ``name`` a torso any agent can use (``network.torso``; Trax's
+    policy_and_value_model): ``factory(config)`` returns a flax module [..., D] -> [..., F]
+    on the flattened inputs the agent gives it (reshape inside for images), followed by the
+    config's core and the agent's head. Register it again in every process that makes the
+    network (to resume or evaluate a run)."""
+    if name in TORSOS:
+        raise ValueError(f"{name!r} is a built-in torso; choose another name")
+    BODIES[name] = factory
+
+
+def torso_names() -> tuple[str, ...]:
+    return (*TORSOS, *BODIES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,8 +54,9 @@ class NetworkConfig:
     """Hidden layer sizes of the torso."""
     activation: Literal["tanh", "relu", "elu", "gelu"] = choice("tanh", tuple(ACTIVATIONS))
     """Hidden activation (tanh, relu, elu, gelu)."""
-    torso: Literal["mlp", "layer_norm_mlp"] = choice("mlp", TORSOS)
-    """mlp: Dense + activation (orthogonal init); layer_norm_mlp: Acme's LayerNormMLP."""
+    torso: str = registered("mlp", torso_names)
+    """mlp: Dense + activation (orthogonal init); layer_norm_mlp: Acme's LayerNormMLP; or the
+    name of a body registered with heron.networks.register_body."""
     core: Literal["none", "lstm", "gru"] = choice("none", CORES)
     """Recurrent core after the torso (none, lstm, gru); its state resets where episodes
     start."""
@@ -57,7 +75,10 @@ class _Module(nn.Module):
     @nn.compact
     def __call__(self, state, x, first):
         config = self.config
-        x = Torso(config.hidden_sizes, config.activation, config.torso)(x)
+        if config.torso in BODIES:
+            x = BODIES[config.torso](config)(x)
+        else:
+            x = Torso(config.hidden_sizes, config.activation, config.torso)(x)
         if config.recurrent:
             state, x = Core(config.core, config.core_size)(state, x, first)
         return state, self.head(x)
