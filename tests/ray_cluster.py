@@ -39,8 +39,10 @@ def local_instance(tmp_path_factory):
         object_store_memory=200 * 1024**2,
         include_dashboard=False,
         _node_ip_address="127.0.0.1",
+        _system_config=ray_cluster.LOCAL_SYSTEM_CONFIG,  # as heron's own local instance
         log_to_driver=False,
     )
+    ray_cluster.errors_to_stderr()
     yield ray.get_runtime_context().gcs_address, faults
     ray.shutdown()
 

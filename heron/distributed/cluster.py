@@ -6,12 +6,23 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import socket
+import sys
 import warnings
 
 from heron.configs import ConfigError
 
 LOCAL_OBJECT_STORE_BYTES = 512 * 1024**2  # a fixed object store for the local instance
+# A local instance's GCS must not declare its own node dead while the machine is busy (an
+# actor restarting compiles its programs on every core): Ray's default gives a raylet
+# about 30 s of missed health checks, after which every process of the node is ended, the
+# run's own included. On one machine a node that stopped answering is gone anyway.
+LOCAL_SYSTEM_CONFIG = {
+    "health_check_period_ms": 5_000,
+    "health_check_timeout_ms": 30_000,
+    "health_check_failure_threshold": 60,
+}
 
 
 class RayUnavailableError(ConfigError):
@@ -46,6 +57,27 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
             f"cannot reach the Ray cluster at {address!r}: {reason}; start it with "
             "`ray start --head` or drop --ray-address to run a local instance"
         ) from None
+    if not address.startswith("ray://"):
+        _check_answers_as_ray(address, timeout_s)
+
+
+def _check_answers_as_ray(address: str, timeout_s: float) -> None:
+    """Whether the server at ``address`` answers as a Ray head (its GCS gives its cluster
+    id): Ray itself retries for about 30 s, logging a line a second, before it gives up."""
+    import grpc
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+    with grpc.insecure_channel(address) as channel:
+        stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
+        try:
+            stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=timeout_s)
+        except grpc.RpcError as error:
+            details = " ".join((error.details() or str(error.code())).split())
+            raise RayUnavailableError(
+                f"{address!r} answers, but not as a Ray head ({details}); give the address "
+                "of one (`ray start --head` prints it) or drop --ray-address to run a local "
+                "instance"
+            ) from None
 
 
 def connect(address: str | None, cpus: int) -> bool:
@@ -105,8 +137,10 @@ def _connect(ray, address: str | None, cpus: int) -> bool:
             object_store_memory=LOCAL_OBJECT_STORE_BYTES,
             include_dashboard=False,
             _node_ip_address="127.0.0.1",
+            _system_config=LOCAL_SYSTEM_CONFIG,
             **quiet,
         )
+        errors_to_stderr()
         return True
     try:
         ray.init(address=address, **quiet)
@@ -115,7 +149,34 @@ def _connect(ray, address: str | None, cpus: int) -> bool:
         raise RayUnavailableError(
             f"cannot attach to the Ray cluster at {address!r}: {first}"
         ) from None
+    errors_to_stderr()
     return True
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def errors_to_stderr() -> None:
+    """Ray prints the cluster's error messages (an actor's process died, ...) to this
+    process's stdout, which carries heron's JSON line alone: they go to stderr instead, as
+    one line each without colour codes (heron reports the failure in its own line)."""
+    from ray._private import worker as ray_worker
+
+    if getattr(ray_worker.print_to_stdstream, "heron_stderr", False):
+        return
+    original = ray_worker.print_to_stdstream
+
+    def print_to_stdstream(data, ignore_prefix):
+        if data.get("pid") != "raylet" or data.get("is_err"):
+            return original(data, ignore_prefix)
+        for message in data.get("lines", []):
+            lines = [line.strip() for line in _ANSI.sub("", str(message)).splitlines()]
+            first = next((line for line in lines if line), "")
+            if first:
+                print(f"ray: {first}", file=sys.stderr, flush=True)
+
+    print_to_stdstream.heron_stderr = True
+    ray_worker.print_to_stdstream = print_to_stdstream
 
 
 def disconnect() -> None:
