@@ -381,6 +381,29 @@ def test_an_unreachable_ray_address_is_refused(tmp_path, capsys):
     assert "cannot reach the Ray cluster at '127.0.0.1:9'" in line
 
 
+def test_an_address_that_answers_but_not_as_ray_is_refused_at_once(tmp_path, capsys):
+    """An HTTP server where a Ray head should be: refused in one line within seconds (Ray
+    itself retries for about 30 s, logging a warning a second)."""
+    import http.server
+
+    class Quiet(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Quiet)
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    address = f"127.0.0.1:{server.server_address[1]}"
+    try:
+        start = time.monotonic()
+        argv = ["train", "ppo", "--actors", "1", "--ray-address", address]
+        line = _cli_refuses(argv, tmp_path, capsys)
+    finally:
+        server.shutdown()
+    assert f"{address!r} answers, but not as a Ray head" in line
+    assert time.monotonic() - start < 15
+
+
 def test_missing_ray_names_the_extra_to_install(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails as if not installed
     line = _cli_refuses(["train", "ppo", "--actors", "1"], tmp_path, capsys)

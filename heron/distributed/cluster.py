@@ -67,11 +67,18 @@ def _check_answers_as_ray(address: str, timeout_s: float) -> None:
     import grpc
     from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 
+    not_ray = (
+        grpc.StatusCode.UNIMPLEMENTED,  # a server of another kind (e.g. HTTP's 404)
+        grpc.StatusCode.UNAVAILABLE,  # no gRPC server there
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+    )  # any other answer (e.g. Ray's own token authentication refusing us) is a Ray head's
     with grpc.insecure_channel(address) as channel:
         stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
         try:
             stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=timeout_s)
         except grpc.RpcError as error:
+            if error.code() not in not_ray:
+                return
             details = " ".join((error.details() or str(error.code())).split())
             raise RayUnavailableError(
                 f"{address!r} answers, but not as a Ray head ({details}); give the address "
