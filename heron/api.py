@@ -200,6 +200,11 @@ def _build_offline(algo: str, agent_config, run: RunConfig, controller=None) -> 
         probe.spec, run.normalize_observations, run.len_history_for_policy, run.reward_scale
     )
     agent = agents.make(algo, pipeline.spec, agent_config, collects=False)
+    if agent.uses_prev_action:
+        raise ConfigError(
+            f"{algo} learns from the action before each step (prev_action), which datasets "
+            "do not record; train it online"
+        )
     if "uniform" not in agent.replayers:
         raise ConfigError(
             f"{algo} learns on-policy ({', '.join(agent.replayers)} replay) and cannot train "

@@ -43,7 +43,9 @@ class Experience(NamedTuple):
     behaviour policy reported about it (``extras``, e.g. log-probabilities and values).
 
     ``state`` holds the agent's recurrent state before acting when rollout states are kept
-    (``()`` otherwise). Leaves are [B, T, ...] in replay and [T, B, ...] inside updates.
+    (``()`` otherwise); ``prev_action`` the action taken at the step before, for agents that
+    ask for it (``Agent.uses_prev_action``; ``()`` otherwise). Leaves are [B, T, ...] in
+    replay and [T, B, ...] inside updates.
     """
 
     step_type: Any
@@ -53,9 +55,12 @@ class Experience(NamedTuple):
     action: Any
     extras: Any = ()
     state: Any = ()
+    prev_action: Any = ()  # ALF's: the action of the step before (zeros at FIRST steps)
 
     @classmethod
-    def from_timestep(cls, timestep: TimeStep, action, extras=(), state=()) -> Experience:
+    def from_timestep(
+        cls, timestep: TimeStep, action, extras=(), state=(), prev_action=()
+    ) -> Experience:
         return cls(
             step_type=timestep.step_type,
             reward=timestep.reward,
@@ -64,6 +69,7 @@ class Experience(NamedTuple):
             action=action,
             extras=extras,
             state=state,
+            prev_action=prev_action,
         )
 
     @property

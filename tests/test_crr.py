@@ -161,10 +161,12 @@ def test_multi_discrete_controls_each_get_their_own_log_prob():
     batch = _sequences(MULTI)
     _, metrics = agent.update(state, batch, jax.random.PRNGKey(1))
     # At init the policy is uniform over 3 x 3 joint actions; behaviour cloning's loss (mode
-    # all, coefficient 1) is -log(1/9) per transition.
+    # all, coefficient 1) is -log(1/9) per transition, times (L - 1) / L as in Acme.
     bc = compiled.make("crr", MULTI, CRRConfig(policy_improvement_mode="all", **SMALL))
     _, bc_metrics = bc.update(bc.init(jax.random.PRNGKey(0)), batch, jax.random.PRNGKey(1))
-    assert float(bc_metrics["loss/policy"]) == pytest.approx(np.log(9.0), rel=1e-3)
+    length = batch.step_type.shape[0]
+    expected = np.log(9.0) * (length - 1) / length
+    assert float(bc_metrics["loss/policy"]) == pytest.approx(expected, rel=1e-3)
 
 
 def test_actions_land_in_the_box_and_greedy_is_deterministic():
@@ -251,7 +253,7 @@ def test_recurrent_boltzmann_returns_the_chosen_samples_states():
         ({"discount": 1.5}, r"crr.discount must be in \[0, 1\]"),
         ({"acting": "greedy"}, "crr.acting must be one of policy, boltzmann"),
         ({"replay": ReplayConfig(capacity=0)}, "crr.replay.capacity must be >= 1, got 0"),
-        ({"replay": ReplayConfig(ratio=0.0)}, "crr.replay.ratio must be > 0"),
+        ({"replay": ReplayConfig(ratio=0.0)}, "crr.replay.ratio must be in \\(0, 1000\\]"),
     ],
 )
 def test_bad_config(overrides, message):

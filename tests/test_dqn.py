@@ -249,7 +249,7 @@ def test_box_actions_are_refused_naming_the_spaces_dqn_serves():
         (dict(use_rollout_state=True), "dqn.use_rollout_state needs a recurrent core"),
         (dict(network=NetworkConfig(core="gru"), burn_in=2), r"dqn.sequence_length=4 .* >= 6"),
         (dict(network=NetworkConfig(core="lstm_")), "dqn.network.core must be one of"),
-        (dict(replay=ReplayConfig(ratio=0.0)), "dqn.replay.ratio must be > 0"),
+        (dict(replay=ReplayConfig(ratio=0.0)), "dqn.replay.ratio must be in \\(0, 1000\\]"),
         (dict(replay=ReplayConfig(capacity=0)), "dqn.replay.capacity must be >= 1"),
     ],
 )

@@ -332,7 +332,7 @@ def test_recurrent_act_carries_both_networks_and_trains_from_the_rollout_state()
         ({"target_update_period": 0}, "sac.target_update_period must be >= 1, got 0"),
         ({"batch_size": 0}, "sac.batch_size must be >= 1, got 0"),
         ({"max_grad_norm": 0.0}, "sac.max_grad_norm must be > 0"),
-        ({"replay": ReplayConfig(ratio=0.0)}, "sac.replay.ratio must be > 0, got 0.0"),
+        ({"replay": ReplayConfig(ratio=0.0)}, "sac.replay.ratio must be in \\(0, 1000\\], got 0.0"),
         (
             {"network": NetworkConfig(core="rnn")},
             "sac.network.core must be one of none, lstm, gru, got 'rnn'",

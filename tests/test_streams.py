@@ -29,6 +29,8 @@ CLOCK = 10  # custom_envs' observation [t / 10, 1]
 class FirstAction:
     """A stand-in agent: always action 0 (episodes run to the time limit), no state."""
 
+    uses_prev_action = False
+
     def act(self, agent_state, timestep, carry, key):
         return jnp.zeros(timestep.step_type.shape, jnp.int32), carry, {}
 
@@ -198,3 +200,31 @@ def test_observers_see_every_collected_step_once_in_order_and_log_what_they_retu
     wrong = heron.build("ppo", CASES["ppo"].config, run, observers=[lambda e: 3.0])
     with pytest.raises(TrainingError, match="observer <lambda> returned float; an observer"):
         heron.train(wrong, str(tmp_path / "wrong"))
+
+
+def test_prev_action_is_recorded_for_agents_that_ask_for_it():
+    """ALF's prev_action: each step carries the action taken at the step before, zeros
+    where an episode starts; agents that do not ask record nothing."""
+
+    class Alternating(FirstAction):
+        uses_prev_action = True
+
+        def act(self, agent_state, timestep, carry, key):
+            clock_ = jnp.rint(timestep.observation[..., 0] * CLOCK).astype(jnp.int32)
+            return (clock_ + 1) % 3 % 2, carry, {}  # 1 (ends the episode) at clock 0 and 2
+
+    env = envs.make("custom_envs:counter_pair", 2)
+    source = EnvSource(env, ObservationPipeline(env.spec), 5)
+    agent = Alternating()
+    state, first = source.init(agent, None, jax.random.key(0))
+    state, steps = source.collect(agent, None, state, jax.random.key(1))
+    action = np.concatenate([np.asarray(first.action), np.asarray(steps.action)], axis=1)
+    prev = np.concatenate([np.asarray(first.prev_action), np.asarray(steps.prev_action)], axis=1)
+    types_ = np.concatenate([np.asarray(first.step_type), np.asarray(steps.step_type)], axis=1)
+    expected = np.where(types_[:, 1:] == StepType.FIRST, 0, action[:, :-1])
+    np.testing.assert_array_equal(prev[:, 1:], expected)
+    np.testing.assert_array_equal(prev[:, 0], 0)
+    assert (types_ == StepType.FIRST).sum() > 2 and action.max() == 1  # episodes restart
+    plain, _ = source.init(FirstAction(), None, jax.random.key(2))
+    _, steps = source.collect(FirstAction(), None, plain, jax.random.key(3))
+    assert steps.prev_action == ()

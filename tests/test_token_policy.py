@@ -106,7 +106,7 @@ def test_each_control_is_clipped_separately_not_jointly():
     "kwargs, message",
     [
         ({"tokens": TINY}, "ppo.tokens.* configure the token network: add --ppo.vocab-size"),
-        ({"vocab_size": 1}, "ppo.vocab_size must be >= 2"),
+        ({"vocab_size": 1}, "ppo.vocab_size must be in [2, 65536]"),
         (
             {"vocab_size": 16, "tokens": TokenConfig(width=30, heads=4)},
             "ppo.tokens.width=30 must be a multiple of ppo.tokens.heads=4",

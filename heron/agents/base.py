@@ -58,6 +58,9 @@ class Agent:
     # environment steps entered the replay; agents whose schedules run over environment
     # steps (DQN's epsilon) count them in their state. None: not told.
     observe_steps: Callable | None = None
+    # ALF's prev_action: the steps it learns from carry the action of the step before
+    # (zeros where an episode starts); to act on it, an agent keeps it in its carry.
+    uses_prev_action: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

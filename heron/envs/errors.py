@@ -18,10 +18,21 @@ class EnvironmentRaised(RuntimeError):
 
 
 def raised_by_user(error: BaseException) -> bool:
-    """Whether ``error`` is the environment's own, not one of heron's refusals."""
-    return not type(error).__module__.startswith("heron") and not isinstance(
-        error, EnvironmentRaised
+    """Whether ``error`` is the environment's own: not one of heron's refusals, nor a
+    missing dependency or a failed download (which ``heron.envs`` names in its own line)."""
+    import urllib.error
+
+    import gymnasium
+
+    named_elsewhere = (
+        EnvironmentRaised,
+        ImportError,
+        gymnasium.error.DependencyNotInstalled,
+        urllib.error.URLError,
+        ConnectionError,
+        TimeoutError,
     )
+    return not type(error).__module__.startswith("heron") and not isinstance(error, named_elsewhere)
 
 
 @contextlib.contextmanager

@@ -153,15 +153,23 @@ class EnvSource:
         )
 
     def _observe_and_act(
-        self, agent: Agent, agent_state, raw: TimeStep, observations, carry, stats, key
-    ):
-        """Episode statistics on the raw step, the step as the replay keeps it, and the
-        action taken on its normalised view."""
+        self, agent: Agent, agent_state, raw: TimeStep, observations, carry, stats, key,
+        previous_action=None,
+    ):  # fmt: skip
+        """Episode statistics on the raw step, the step as the replay keeps it (with the
+        action before it, ``previous_action``, for agents that ask), and the action taken on
+        its normalised view."""
         stats = stats.update(raw)
         observations, recorded = self.pipeline.record(observations, raw, update_stats=True)
         timestep = self.pipeline.view(observations.stats)(recorded)
         action, new_carry, extras = agent.act(agent_state, timestep, carry, key)
-        return Experience.from_timestep(recorded, action, extras), observations, new_carry, stats
+        prev_action = ()
+        if agent.uses_prev_action:
+            before = jnp.zeros_like(action) if previous_action is None else previous_action
+            first = raw.is_first().reshape(raw.is_first().shape + (1,) * (action.ndim - 1))
+            prev_action = jnp.where(first, jnp.zeros_like(action), before)
+        step = Experience.from_timestep(recorded, action, extras, prev_action=prev_action)
+        return step, observations, new_carry, stats
 
     def _first(self, agent: Agent, agent_state, observations, stats, key) -> EnvSourceState:
         env_key, act_key = jax.random.split(key)
@@ -197,7 +205,7 @@ class EnvSource:
             env_key, act_key = jax.random.split(step_key)
             env_state, raw = self.env.step(env_state, pending.action, env_key)
             step, observations, agent_carry, stats = self._observe_and_act(
-                agent, agent_state, raw, observations, agent_carry, stats, act_key
+                agent, agent_state, raw, observations, agent_carry, stats, act_key, pending.action
             )
             return EnvSourceState(env_state, observations, step, agent_carry, stats), step
 
