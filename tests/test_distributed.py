@@ -303,6 +303,35 @@ def test_sigkill_of_an_actor_in_an_asynchronous_run(cluster, tmp_path):
         assert sum(taken) == 2 * line["iteration"]
 
 
+def test_an_asynchronous_off_policy_run_keeps_its_replay_ratio_and_drops_old_unrolls(
+    cluster, tmp_path
+):
+    """Asynchronous CRR: every iteration makes crr.replay.ratio updates per environment step
+    it took (passes over the consume-once unrolls), as the in-process run does; unrolls made
+    more than max_policy_lag versions ago are dropped and counted, and none is lost."""
+    from contract_cases import CASES
+
+    config = dataclasses.replace(CASES["crr"].config, batch_size=4)  # ratio 0.5, unroll 2
+    dist = {"driver": "async", "learn_queue_cap": 2, "max_policy_lag": 1}
+    run = small_run(cluster[0], steps=128, dist=dist)  # 2 unrolls x 2 envs x 2 steps a time
+    with unit_compile():  # counts only
+        summary = api.train(api.build("crr", config, run), str(tmp_path / "run"))
+    records = lines(tmp_path / "run")
+    steps_per_iteration = 2 * 2 * config.unroll_length
+    assert [line["iteration"] for line in records] == list(range(1, 17))
+    assert {line["train/updates"] for line in records} == {
+        config.replay.ratio * steps_per_iteration
+    }
+    assert summary["dist"]["unrolls_lost"] == 0
+    assert summary["dist"]["unrolls_dropped"] == records[-1]["dist/unrolls_dropped"]
+    for line in records:  # dropped unrolls are taken (in order) but never trained on
+        taken = [line[f"dist/actor{a}_unrolls_taken"] for a in range(2)]
+        assert sum(taken) == 2 * line["iteration"]
+        assert sum(line[f"dist/actor{a}_next_unroll"] for a in range(2)) == (
+            sum(taken) + line["dist/unrolls_dropped"]
+        )
+
+
 def test_an_environment_that_always_raises_stops_the_run_in_one_line_and_once_is_recovered(
     cluster, tmp_path, capfd
 ):
