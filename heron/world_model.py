@@ -142,9 +142,11 @@ class Windows(NamedTuple):
     has_previous: np.ndarray  # bool [N]
 
 
-def _model_parts(observation_size: int, action_spec, config: WorldModelConfig):
+def _model_parts(observation_size: int, action_spec, config: WorldModelConfig, categories=None):
+    """Serializations, layout and model; Discrete observations (``categories``) are one
+    exact token per value, as a token policy writes them."""
     observation, action, layout = tokens.serializations(
-        (observation_size,), action_spec, config.vocab_size, config.tokens
+        (observation_size,), action_spec, config.vocab_size, config.tokens, categories
     )
     return observation, action, layout, WorldModel(config.vocab_size, layout, config.tokens)
 
@@ -182,6 +184,8 @@ def _serialize_episodes(episodes, observation_ser, action_ser, transform=_identi
         actions.append(np.concatenate([padded, np.zeros((1,) + action_ser.shape, np.int32)]))
         lengths.append(steps + 1)
     observations = transform(np.concatenate(observations)).astype(np.float32)
+    if observation_ser.kind != "box":  # Discrete observations: the categories themselves
+        observations = np.rint(observations).astype(np.int32)
     obs_tokens = np.asarray(serialization.serialize(observation_ser, observations))
     act_tokens = np.asarray(serialization.serialize(action_ser, np.concatenate(actions)))
     decoded = np.asarray(serialization.deserialize(observation_ser, obs_tokens))
@@ -349,8 +353,9 @@ def _prepare(config: WorldModelConfig) -> _Data:
     spec = envs.make(config.env, 1).spec
     dataset = read_dataset(config.dataset)
     check_against_env(dataset, spec, config.env)
+    categories = None if config.normalize_observations else spec.observation_categories
     observation_ser, action_ser, layout, model = _model_parts(
-        math.prod(spec.observation_shape), spec.action, config
+        math.prod(spec.observation_shape), spec.action, config, categories
     )
     train_episodes, held_episodes = split_episodes(
         dataset.num_episodes, config.holdout, config.seed

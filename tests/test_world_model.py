@@ -10,7 +10,7 @@ import pytest
 from conftest import build
 
 import heron
-from heron import agents, api, transfer, world_model
+from heron import agents, api, envs, transfer, world_model
 from heron.agents import PPOConfig
 from heron.cli import cmd_train, main
 from heron.networks.tokens import TokenConfig
@@ -174,3 +174,32 @@ def test_world_model_needs_a_dataset(capsys):
 def test_world_model_is_not_an_agent():
     with pytest.raises(agents.UnknownAgentError):
         agents.config_class("world-model")
+
+
+def test_discrete_observations_are_exact_tokens_for_the_world_model_too(tmp_path):
+    """FrozenLake's 16 states: one token each, as a token policy writes them (the digits of
+    a clipped Box made states 10..15 one token)."""
+    import gymnasium
+
+    from heron.offline import Episode, write_dataset
+
+    states = np.arange(16)
+    episode = Episode(
+        observations=states.astype(np.int64),
+        actions=np.zeros(15, np.int64),
+        rewards=np.zeros(15, np.float64),
+        terminations=np.zeros(15, bool),
+        truncations=np.eye(15, dtype=bool)[-1],
+    )
+    spaces = gymnasium.spaces.Discrete(16), gymnasium.spaces.Discrete(4)
+    write_dataset(tmp_path / "lake", [episode, episode], *spaces)  # one held out
+    config = world_model.WorldModelConfig(
+        dataset=str(tmp_path / "lake"), env="gym:FrozenLake-v1", vocab_size=16, tokens=TINY
+    )
+    data = world_model._prepare(config)
+    assert data.layout.observation_tokens == 1
+    action_ser = world_model._model_parts(1, envs.make(config.env).spec.action, config, 16)[1]
+    serialized = world_model._serialize_episodes(
+        data.dataset.episodes, data.observation_ser, action_ser
+    )
+    np.testing.assert_array_equal(serialized[0][0][:, 0], states)
