@@ -89,6 +89,8 @@ def _check_schedule(limits: Range) -> Callable:
         except ScheduleError as error:
             raise ConfigError(f"{name}: {error}") from error
         smallest, largest = schedule.value_range()
+        if not (math.isfinite(smallest) and math.isfinite(largest)):
+            raise ConfigError(f"{name} must be finite {limits.describe()}, got {value}")
         if not limits.contains(smallest, largest):
             got = (
                 value

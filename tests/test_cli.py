@@ -85,6 +85,7 @@ def test_train_eval_and_metrics_through_the_real_entry_point(tmp_path):
         ),
         (["train", "ppo", "--ppo.vocab-size", "100000000"], "ppo.vocab_size must be in [2, 65536]"),
         (["train", "crr", "--crr.replay.ratio", "inf"], "crr.replay.ratio must be a finite number"),
+        (["train", "ppo", "--ppo.learning-rate", "inf"], "ppo.learning_rate must be finite > 0"),
         (["train", "ppo", "--ppo.boundary", "20"], "--ppo.boundary is no longer an option: use"),
         (["train"], "heron train needs an algorithm"),
         (["frobnicate"], "unknown command 'frobnicate'"),
