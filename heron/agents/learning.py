@@ -125,7 +125,7 @@ def replay_updates(agent: str, update: Callable, config) -> Callable:
         sample_key, update_key = jax.random.split(key)
         batch, replay_state = replay.sample(replay_state, sample_key)
         passes = 1
-        if replay.name != "uniform":
+        if replay.whole_unrolls:
             lanes, steps = jax.tree.leaves(batch)[0].shape[:2]
             passes = unroll_passes(agent, config, lanes, steps - 1)
         batch = sequences(batch, length, max(length - 1, 1))

@@ -39,6 +39,7 @@ class ReplayError(ConfigError):
 class Replay(Protocol):
     name: str
     num_envs: int  # lanes of experience each ``add`` carries (actors x envs per actor)
+    whole_unrolls: bool  # samples are whole unrolls, each handed out once (else sequences)
 
     def init(self, example_step: Any) -> Any: ...
 

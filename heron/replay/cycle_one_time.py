@@ -17,7 +17,7 @@ num_actors``, so when every actor waits there are enough unrolls to sample.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -47,6 +47,7 @@ class CycleOneTimeReplay:
     unroll_length: int
     learn_queue_cap: int
     name: str = "cycle_one_time"
+    whole_unrolls: ClassVar[bool] = True  # each sample is whole unrolls, each handed out once
 
     def __post_init__(self) -> None:
         for field in ("num_actors", "envs_per_actor", "unroll_length", "learn_queue_cap"):

@@ -8,7 +8,7 @@ before it, whose successor it bootstraps. ``sample`` returns the window once
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +35,7 @@ class OneTimeReplay:
     num_envs: int
     unroll_length: int
     name: str = "one_time"
+    whole_unrolls: ClassVar[bool] = True  # each sample is whole unrolls, each handed out once
 
     def __post_init__(self) -> None:
         positive_int("num_envs", self.num_envs)

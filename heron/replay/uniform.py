@@ -20,7 +20,7 @@ earned. With ``samples_per_step=None`` sampling is unlimited (a fixed dataset).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -50,6 +50,7 @@ class UniformReplay:
     min_size: int = 0
     samples_per_step: float | None = None
     name: str = "uniform"
+    whole_unrolls: ClassVar[bool] = False  # sequences; its rate limit keeps the replay ratio
 
     def __post_init__(self) -> None:
         for field in ("num_envs", "capacity", "batch_size", "sequence_length"):
