@@ -257,6 +257,7 @@ def _source_running(setup: Setup, run_dir: str):
     (an actor's, or what a Gymnasium environment raised) is raised as its own one-line
     error."""
     start = getattr(setup.source, "start", None)
+    GymEnv.take_failure()  # none of an earlier run's
     try:
         if start is not None:
             start()

@@ -545,6 +545,14 @@ def _fail(message: str, status: int, ending_process: bool) -> int:
     return status
 
 
+def _environment_failure():
+    """What a Gymnasium environment raised inside a compiled program (which failed with a
+    generic runtime error in its place), if one did: ``heron eval`` and ``collect`` say it
+    as ``heron train`` does."""
+    gym_env = sys.modules.get("heron.envs.gym_env")
+    return gym_env.GymEnv.take_failure() if gym_env is not None else None
+
+
 def main(argv: list[str] | None = None) -> int:
     ending_process = argv is None  # the `heron` command, not a call from Python
     argv = sys.argv[1:] if argv is None else argv
@@ -563,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:  # every user-caused error is a ValueError subclass
         return _fail(str(error), 2, ending_process)
     except RuntimeError as error:  # training could not go on (e.g. a non-finite loss)
-        return _fail(str(error), 1, ending_process)
+        return _fail(str(_environment_failure() or error), 1, ending_process)
     except OSError as error:  # read-only or full disk, a file where a directory should be, ...
         return _fail(describe_os_error(error), 1, ending_process)
     except KeyboardInterrupt as interrupt:

@@ -129,6 +129,10 @@ def test_an_environment_that_raises_ends_the_run_in_one_line(
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("heron:")]
     assert lines == [f"heron: error: {message}"] and "Traceback" not in err  # beside progress
+    if env_id.endswith("RaisingStepEnv"):  # `heron eval` of its checkpoint says it alike
+        assert main(["eval", str(run_dir), "--episodes", "2"]) == 1
+        err = capsys.readouterr().err
+        assert err.splitlines() == [f"heron: error: {message.split(';')[0]}"]
 
 
 def test_module_path_run_trains_evaluates_resumes_and_collects(tmp_path, capsys):
