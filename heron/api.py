@@ -41,9 +41,10 @@ from heron.offline.dataset import (
 from heron.offline.source import DatasetSource
 from heron.run_config import RunConfig
 from heron.training import checkpoints, driver, rundir, signals
-from heron.training.driver import RunInterrupted, Setup, TrainingError, seed_keys
+from heron.training.driver import Setup, TrainingError, seed_keys
 from heron.training.evaluation import make_evaluate
 from heron.training.program import SEED_AXIS
+from heron.training.signals import RunInterrupted
 from heron.training.sources import EnvSource
 from heron.types import StepType, TimeStep
 

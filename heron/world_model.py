@@ -41,7 +41,6 @@ from heron.networks import tokens
 from heron.networks.tokens import TokenConfig
 from heron.offline.dataset import check_against_env, content_hash, read_dataset
 from heron.training import checkpoints, rundir, signals
-from heron.training.driver import RunInterrupted
 from heron.training.logging import RunLogger
 
 ALGO = "world-model"
@@ -532,18 +531,9 @@ def _train_in(config, run_dir, data: _Data, resumed=None) -> dict:
 
 def _stop(stops, run_dir: str, done: int, state, record: dict, saver, saved: bool) -> None:
     """SIGINT or SIGTERM arrived: save the step reached (unless just saved) and stop."""
-    if saver is None:
-        raise RunInterrupted(
-            f"{stops.name} at step {done}; the run saves no checkpoints (--no-checkpoints)",
-            stops.signal_number,
-        )
-    if not saved:
+    if saver is not None and not saved:
         saver.save(done, state, record)
-    raise RunInterrupted(
-        f"{stops.name} at step {done}: checkpoint {done} saved; continue with "
-        f"`heron train --resume {run_dir}`",
-        stops.signal_number,
-    )
+    raise stops.stopped(done, None if saver is None else done, run_dir)
 
 
 def load_config(run_dir: str) -> WorldModelConfig:

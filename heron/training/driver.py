@@ -36,14 +36,6 @@ class TrainingError(RuntimeError):
     """Training cannot go on (e.g. a non-finite loss); the last good checkpoint is kept."""
 
 
-class RunInterrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM stopped a run after it saved a checkpoint of its last iteration."""
-
-    def __init__(self, message: str, signal_number: int):
-        super().__init__(message)
-        self.signal_number = signal_number
-
-
 # What ``--resume`` may change; any other difference from the config recorded with the
 # checkpoint is refused.
 RESUMABLE_CHANGES = ("run.steps", "heron_version")
@@ -272,17 +264,10 @@ class _Loop:
             {"kind": "note", "step": steps, "wall_s": self.wall(), "message": f"stopped by {name}"}
         )
         if self.checkpointer is None:
-            raise RunInterrupted(
-                f"{name} at step {steps}; the run saves no checkpoints (--no-checkpoints)",
-                self.stops.signal_number,
-            )
+            raise self.stops.stopped(steps, None, self.run_dir)
         if self.saved_iteration != iteration:
             self._save(iteration, state)
-        raise RunInterrupted(
-            f"{name} at step {steps}: checkpoint {iteration} saved; continue with "
-            f"`heron train --resume {self.run_dir}`",
-            self.stops.signal_number,
-        )
+        raise self.stops.stopped(steps, iteration, self.run_dir)
 
     def _check_finite(self, metrics: dict, inputs: dict, steps: int) -> None:
         bad = [k for k, v in metrics.items() if not np.all(np.isfinite(v))]

@@ -7,6 +7,14 @@ import signal
 import threading
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM stopped a command, after it saved what it would otherwise lose."""
+
+    def __init__(self, message: str, signal_number: int):
+        super().__init__(message)
+        self.signal_number = signal_number
+
+
 class StopRequests:
     """Within ``with StopRequests() as stop:`` SIGINT and SIGTERM set ``stop.signal_number``
     (the loop checks it between steps); a second signal raises KeyboardInterrupt. Off the
@@ -31,6 +39,18 @@ class StopRequests:
                 n: signal.signal(n, self._request) for n in (signal.SIGINT, signal.SIGTERM)
             }
         return self
+
+    def stopped(self, step: int, checkpoint: int | None, run_dir: str) -> RunInterrupted:
+        """The interruption of a training loop at ``step``, after it saved ``checkpoint``
+        (None: the run saves no checkpoints)."""
+        if checkpoint is None:
+            message = f"{self.name} at step {step}; the run saves no checkpoints (--no-checkpoints)"
+        else:
+            message = (
+                f"{self.name} at step {step}: checkpoint {checkpoint} saved; continue with "
+                f"`heron train --resume {run_dir}`"
+            )
+        return RunInterrupted(message, self.signal_number)
 
     def __exit__(self, *exc) -> None:
         for number, handler in self._previous.items():

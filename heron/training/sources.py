@@ -171,31 +171,22 @@ class EnvSource:
         step = Experience.from_timestep(recorded, action, extras, prev_action=prev_action)
         return step, observations, new_carry, stats
 
-    def _first(self, agent: Agent, agent_state, observations, stats, key) -> EnvSourceState:
+    def init(self, agent: Agent, agent_state, key):
+        """Fresh environments whose first step the agent has acted on: that step is the first
+        to enter the replay."""
         env_key, act_key = jax.random.split(key)
         env_state, raw = self.env.reset(env_key)
         step, observations, carry, stats = self._observe_and_act(
             agent,
             agent_state,
             raw,
-            self.pipeline.with_history_for(observations, self.num_envs),
+            self.pipeline.init(self.num_envs),
             agent.initial_carry(self.num_envs),
-            stats,
+            EpisodeStats.zeros(self.num_envs),
             act_key,
         )
-        return EnvSourceState(env_state, observations, step, carry, stats)
-
-    def init(self, agent: Agent, agent_state, key):
-        """Fresh environments whose first step the agent has acted on: that step is the first
-        to enter the replay."""
-        state = self._first(
-            agent,
-            agent_state,
-            self.pipeline.init(self.num_envs),
-            EpisodeStats.zeros(self.num_envs),
-            key,
-        )
-        return state, jax.tree.map(lambda x: x[:, None], state.pending)
+        state = EnvSourceState(env_state, observations, step, carry, stats)
+        return state, jax.tree.map(lambda x: x[:, None], step)
 
     def collect(self, agent: Agent, agent_state, state: EnvSourceState, key):
         """``unroll_length`` new steps [B, T], each acted on."""
