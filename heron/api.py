@@ -7,10 +7,10 @@ collect data from it.
     summary = heron.resume("runs/cartpole", steps=200_000)   # continue, to a new budget
     policy = heron.load("runs/cartpole")               # action = policy(observation)
 
-``build`` chooses the source of experience from the run configuration: environments
-(JAX envs compiled whole, Gymnasium envs through host callbacks), with ``actors``, Ray
-actor processes stepping them (heron.distributed), or, with ``dataset``, a Minari dataset
-(offline training; the environment only evaluates).
+``build`` makes the source of experience the run configuration asks for (``heron.sources``):
+environments (JAX envs compiled whole, Gymnasium envs through host callbacks), with
+``actors``, Ray actor processes stepping them (heron.distributed), or, with ``dataset``, a
+Minari dataset (offline training; the environment only evaluates).
 """
 
 from __future__ import annotations
@@ -24,31 +24,23 @@ import sys
 import jax
 import numpy as np
 
-from heron import agents, envs, presets, transfer
+from heron import agents, envs, presets, sources, transfer
 from heron.agents.base import Agent
 from heron.configs import ConfigError
 from heron.envs.errors import EnvironmentRaised
 from heron.envs.gym_env import GymEnv
 from heron.envs.wrappers import ObservationPipeline
 from heron.offline import collect as collecting
-from heron.offline.dataset import (
-    check_writable,
-    content_hash,
-    gym_spaces,
-    read_dataset,
-    write_dataset,
-)
-from heron.offline.source import DatasetSource
+from heron.offline.dataset import check_writable, gym_spaces, write_dataset
 from heron.run_config import RunConfig
 from heron.training import checkpoints, driver, rundir, signals
 from heron.training.driver import Setup, TrainingError, seed_keys
 from heron.training.evaluation import make_evaluate
 from heron.training.program import SEED_AXIS
 from heron.training.signals import RunInterrupted
-from heron.training.sources import EnvSource
 from heron.types import StepType, TimeStep
 
-DEFAULT_UPDATES_PER_ITERATION = 1_000
+OBSERVERS_NEED_STEPS = "observers see the steps a run collects; a run on a dataset collects none"
 
 
 def _check_seeds(run: RunConfig, env) -> None:
@@ -96,28 +88,21 @@ def build(
     if run.preset == presets.AUTO:  # from Python a preset is explicit: heron.presets.preset()
         run = dataclasses.replace(run, preset=presets.NONE)
     envs.import_env_module(run.env_module)  # its registrations make the env id resolve
-    if run.dataset is not None:
-        if observers:
-            raise ConfigError(
-                "observers see the steps a run collects; a run on a dataset collects none"
-            )
-        return _build_offline(algo, agent_config, run, controller)
-    env = envs.make(run.env, run.num_envs, run.max_timestep)
+    kind = sources.asked_for(run)
+    if observers and not kind.collects:
+        raise ConfigError(OBSERVERS_NEED_STEPS)
+    if kind.collects:
+        env = envs.make(run.env, run.num_envs, run.max_timestep)
+    else:  # it only evaluates
+        env = envs.make(run.env, 1, run.max_timestep_eval)
     _check_seeds(run, env)
     pipeline = ObservationPipeline(
         env.spec, run.normalize_observations, run.len_history_for_policy, run.reward_scale
     )
-    agent = agents.make(algo, pipeline.spec, agent_config)
+    agent = agents.make(algo, pipeline.spec, agent_config, collects=kind.collects)
     agent, record = _initialised_from(agent, run.init_from)
-    if run.actors:  # Ray actors collect (heron.distributed, imported only here)
-        from heron import distributed
-
-        source = distributed.make_source(algo, agent_config, agent, env, pipeline, run)
-        name = distributed.replay_name(run)
-        replay = agent.make_replay(source.lanes, name, **source.replay_sizes)
-    else:
-        source = EnvSource(env, pipeline, agent.unroll_length)
-        replay = agent.make_replay(source.lanes, run.replay)
+    source = kind.make(sources.Request(algo, agent_config, agent, env, pipeline, run))
+    replay = agent.make_replay(source.lanes, source.replayer or run.replay, **source.replay_sizes)
     evaluate = _evaluation(agent, run, pipeline)
     return driver.make_setup(
         algo,
@@ -127,7 +112,7 @@ def build(
         replay,
         source,
         evaluate,
-        record,
+        {**record, **source.record},
         controller,
         program_cache if _cacheable(run, env) else None,
         observers,
@@ -188,40 +173,6 @@ def _initialised_from(agent: Agent, init_from: str | None):
     return dataclasses.replace(agent, init=init), {"init_from": summary}
 
 
-def _build_offline(algo: str, agent_config, run: RunConfig, controller=None) -> Setup:
-    """An offline run: no training environments; the dataset fills the replay once."""
-    if not run.separate_eval:
-        raise ConfigError(
-            "separate_eval=False reports training episodes as evaluations; an offline run "
-            "has no training episodes: keep separate_eval True"
-        )
-    probe = envs.make(run.env, 1, run.max_timestep_eval)
-    _check_seeds(run, probe)
-    pipeline = ObservationPipeline(
-        probe.spec, run.normalize_observations, run.len_history_for_policy, run.reward_scale
-    )
-    agent = agents.make(algo, pipeline.spec, agent_config, collects=False)
-    if agent.uses_prev_action:
-        raise ConfigError(
-            f"{algo} learns from the action before each step (prev_action), which datasets "
-            "do not record; train it online"
-        )
-    if "uniform" not in agent.replayers:
-        raise ConfigError(
-            f"{algo} learns on-policy ({', '.join(agent.replayers)} replay) and cannot train "
-            "from a dataset, which is replayed uniformly; use an off-policy agent such as crr"
-        )
-    dataset = read_dataset(run.dataset)
-    updates = run.updates_per_iteration or DEFAULT_UPDATES_PER_ITERATION
-    source = DatasetSource(dataset, pipeline, updates, run.env)
-    replay = agent.make_replay(source.lanes, "uniform", **source.replay_sizes)
-    evaluate = _evaluation(agent, run, pipeline)
-    record = {"dataset": {**dataset.summary(), "content_sha256": content_hash(dataset)}}
-    return driver.make_setup(
-        algo, agent_config, run, agent, replay, source, evaluate, record, controller
-    )
-
-
 def train(setup: Setup, run_dir: str | None = None) -> dict:
     """Runs ``setup`` to its configured steps in ``run_dir`` (default: the run's own, or
     runs/<algo>_<env>_<time>); returns the final JSON line's fields."""
@@ -257,14 +208,12 @@ def _source_running(setup: Setup, run_dir: str):
     anything and stops after it; a failure it reports from inside the compiled iteration
     (an actor's, or what a Gymnasium environment raised) is raised as its own one-line
     error."""
-    start = getattr(setup.source, "start", None)
     GymEnv.take_failure()  # none of an earlier run's
     try:
-        if start is not None:
-            start()
+        setup.source.start()
         yield
     except jax.errors.JaxRuntimeError:
-        failure = getattr(setup.source, "failure", None) or GymEnv.take_failure()
+        failure = setup.source.failure or GymEnv.take_failure()
         if isinstance(failure, EnvironmentRaised):
             saved = checkpoints.latest_step(run_dir) if os.path.isdir(run_dir) else None
             kept = (
@@ -277,9 +226,7 @@ def _source_running(setup: Setup, run_dir: str):
             raise failure from None
         raise
     finally:
-        close = getattr(setup.source, "close", None)
-        if close is not None:
-            close()
+        setup.source.close()
 
 
 RECORD_SECTIONS = ("algo", "run", "heron_version", "init_from", "dataset")  # + the agent's
@@ -376,10 +323,8 @@ def resume(
         return world_model.resume(run_dir, steps)
     changes = {} if steps is None else {"steps": steps}
     setup = _rebuild(run_dir, controller, program_cache, **changes)
-    if observers and setup.run.dataset is not None:
-        raise ConfigError(
-            "observers see the steps a run collects; a run on a dataset collects none"
-        )
+    if observers and not setup.source.collects:
+        raise ConfigError(OBSERVERS_NEED_STEPS)
     setup = dataclasses.replace(setup, observers=driver.check_observers(observers))
     _check_same_dataset(run_dir, setup)
     if _on_gpu_learner(setup):

@@ -1,41 +1,17 @@
 """The run configuration: what every algorithm's training run shares (``heron.api`` reads it
-to choose the source of experience; the driver, for its schedules)."""
+to choose the source of experience; the driver, for its schedules). The options of a source
+other than the run's own environments (``dataset``, ``actors``) are checked by that source
+(``heron.sources``)."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Literal
 
+from heron import sources
 from heron.configs import ConfigError, choice, integer, number, validate
+from heron.distributed.options import DistConfig
 from heron.replay import REPLAYERS
-
-SYNC, ASYNC = "sync", "async"
-
-
-@dataclasses.dataclass(frozen=True)
-class DistConfig:
-    """How a run with ``--actors`` drives its Ray actors (ALF's synchronous and asynchronous
-    off-policy drivers); see heron/distributed/."""
-
-    driver: Literal["sync", "async"] = choice(SYNC, (SYNC, ASYNC))
-    """sync: every iteration takes one unroll from every actor, joined in actor order
-    (deterministic); async: actors run freely and the learner trains on learn_queue_cap
-    unrolls at a time, through the cycle_one_time replay."""
-    policy_lag: int = integer(0, 0, 1)
-    """sync only: 1 lets the actors collect the next unroll with the previous parameters
-    while the learner updates (exactly one version behind, still deterministic)."""
-    learn_queue_cap: int = integer(1, 1)
-    """async only: unrolls (from as many actors) the learner takes per iteration; <= actors."""
-    max_policy_lag: int | None = integer(None, 0, optional=True)
-    """async only: drop (and count) unrolls made more than this many versions ago."""
-    unroll_timeout_s: float = number(600.0, 0.0, low_open=True)
-    """An actor silent this long on one unroll is restarted like one that died."""
-    max_actor_restarts: int = integer(3, 0)
-    """Restarts allowed per actor; one more failure stops the run (its last checkpoint
-    is kept)."""
-    learner_gpus: int = integer(0, 0)
-    """> 0: the learner runs in its own Ray actor with this many GPUs (data-parallel over
-    them); the actors stay on CPU."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,62 +114,6 @@ class RunConfig:
                 "eval_temperatures must be one or more finite values >= 0, got "
                 f"{self.eval_temperatures}"
             )
-        if self.dataset is not None and not self.dataset:
-            raise ConfigError("dataset must be a directory path, got an empty string")
         if self.run_dir is not None and not self.run_dir:
             raise ConfigError("run_dir must be a directory path, got an empty string")
-        self._check_actors()
-        if self.dataset is None and self.updates_per_iteration is not None:
-            raise ConfigError(
-                "updates_per_iteration sets the gradient updates per iteration of an offline "
-                "run: it needs --dataset (online, the replay ratio sets them)"
-            )
-
-    def _check_actors(self) -> None:
-        """The run options of Ray actors, checked together (one line each)."""
-        dist = self.dist
-        if self.actors == 0:
-            if self.ray_address is not None or dist != DistConfig():
-                given = "--ray-address" if self.ray_address is not None else "--dist.* options"
-                raise ConfigError(f"{given} configure Ray actors: add --actors A (A >= 1)")
-            return
-        if self.seeds > 1:
-            raise ConfigError(
-                f"seeds={self.seeds} vmaps runs in one process; actors={self.actors} collect "
-                "for one run: use seeds=1 with actors"
-            )
-        if self.dataset is not None:
-            raise ConfigError(
-                "actors collect from environments; a dataset run has none: drop "
-                "--actors or --dataset"
-            )
-        if self.num_envs % self.actors:
-            raise ConfigError(
-                f"num_envs={self.num_envs} must be a multiple of actors={self.actors}: every "
-                "actor steps the same number of environments"
-            )
-        if self.ray_address is not None and not self.ray_address.strip():
-            raise ConfigError("ray_address must be host:port or auto, got an empty string")
-        if dist.driver == SYNC:
-            for name in ("learn_queue_cap", "max_policy_lag"):
-                if getattr(dist, name) != getattr(DistConfig(), name):
-                    raise ConfigError(
-                        f"dist.{name} sets the asynchronous driver: add --dist.driver async"
-                    )
-            return
-        if dist.policy_lag:
-            raise ConfigError(
-                "dist.policy_lag sets the synchronous driver's overlap; the asynchronous driver "
-                "measures the lag instead (bound it with --dist.max-policy-lag)"
-            )
-        if dist.learn_queue_cap > self.actors:
-            raise ConfigError(
-                f"dist.learn_queue_cap={dist.learn_queue_cap} must be <= actors={self.actors}: "
-                "each actor has one unroll waiting at most"
-            )
-        if self.replay not in (None, "cycle_one_time"):
-            raise ConfigError(
-                f"the asynchronous driver hands unrolls to the learner through the "
-                f"cycle_one_time replayer; replay={self.replay!r} cannot serve it: drop --replay "
-                "or use --replay cycle_one_time"
-            )
+        sources.check(self)

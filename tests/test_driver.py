@@ -164,6 +164,8 @@ def test_ppo_target_kl_stops_the_epochs_early():
         ({"eval_temperatures": (0.0, float("nan"))}, "eval_temperatures must be one or more"),
         ({"replay": "fifo"}, "replay must be one of None, one_time, uniform, cycle_one_time"),
         ({"updates_per_iteration": 10}, "updates_per_iteration sets the gradient updates"),
+        ({"dataset": "data", "replay": "one_time"}, "replay='one_time' cannot serve it"),
+        ({"dataset": "data", "separate_eval": False}, "keep separate_eval True"),
         ({"num_envs": 0}, "num_envs must be >= 1, got 0"),
         ({"stop_at_return": float("inf")}, "stop_at_return must be a finite number, got inf"),
         ({"stop_at_return": float("nan")}, "stop_at_return must be a number"),
@@ -172,3 +174,26 @@ def test_ppo_target_kl_stops_the_epochs_early():
 def test_run_config_refuses_bad_values_by_name(overrides, message):
     with pytest.raises(ConfigError, match=message):
         RunConfig(**overrides)
+
+
+def test_a_registered_source_kind_checks_its_options_and_is_the_one_a_run_asks_for():
+    """Sources of experience are a registry: a kind decides whether a run asks for it and
+    checks its options whether or not it does; two kinds asked at once are refused."""
+    from heron import sources
+
+    checked = []
+    kind = sources.SourceKind(
+        "seeded-envs",
+        lambda run: run.seed == 7,
+        lambda run: checked.append(run.seed),
+        lambda request: None,
+    )
+    sources.register(kind)
+    try:
+        run = RunConfig(seed=7)
+        assert sources.asked_for(run) is kind and checked == [7]
+        assert sources.asked_for(RunConfig()).name == "environments"
+        with pytest.raises(ConfigError, match="drop --dataset or --seeded-envs"):
+            RunConfig(seed=7, dataset="data")
+    finally:
+        sources._KINDS.pop("seeded-envs")

@@ -16,11 +16,11 @@ import ray
 
 from heron import envs
 from heron.distributed import pool as pool_module
+from heron.distributed.source import ActorSteps, add_actor_steps
 from heron.envs.wrappers import ObservationPipeline
 from heron.replay import CycleOneTimeReplay, OneTimeReplay, UniformReplay
 from heron.run_config import DistConfig
-from heron.training.program import add_steps
-from heron.training.sources import ActorSteps, EnvSource
+from heron.training.sources import EnvSource
 from heron.types import StepType
 
 CLOCK = 10  # custom_envs' observation [t / 10, 1]
@@ -58,11 +58,11 @@ def test_cycle_one_time_replays_every_unroll_once_behind_the_step_before_it(unro
     """At every unroll length (1 is CRR's, SVG0's and SAC's default) the first unroll is
     [the first step, its successors], each later one starts at its predecessor's last step,
     and none is refused or lost."""
-    _, init, collect, _ = source_for("custom_envs:counter_pair", 2, unroll_length)
+    source, init, collect, _ = source_for("custom_envs:counter_pair", 2, unroll_length)
     replay = CycleOneTimeReplay(1, 2, unroll_length, 1)
     state, first = init(jax.random.key(0))
-    replay_state = add_steps(replay, replay.init(jax.tree.map(lambda x: x[:, 0], first)),
-                             first, first=True)  # fmt: skip
+    replay_state = source.add(replay, replay.init(jax.tree.map(lambda x: x[:, 0], first)),
+                              first, first=True)  # fmt: skip
     assert not bool(replay.can_sample(replay_state))
     stream = [clock(first)]
     windows = []
@@ -70,7 +70,7 @@ def test_cycle_one_time_replays_every_unroll_once_behind_the_step_before_it(unro
         state, steps = collect(state, jax.random.key(i + 1))
         stream.append(clock(steps))
         assert bool(replay.can_add(replay_state, 0))
-        replay_state = add_steps(replay, replay_state, steps)
+        replay_state = source.add(replay, replay_state, steps)
         assert bool(replay.can_sample(replay_state))
         batch, replay_state = replay.sample(replay_state, None)
         windows.append(clock(batch))
@@ -86,7 +86,7 @@ def test_a_restarted_host_environments_first_steps_are_collected():
     """After a resume a Gymnasium environment starts new episodes: their FIRST steps are
     the first steps collected (every replayer stores them; the transition into them is a
     restart, which learners mask), and nothing joins the old episode to the new one."""
-    _, init, collect, restart = source_for("custom_envs:TinyEnv", 2, 3)
+    source, init, collect, restart = source_for("custom_envs:TinyEnv", 2, 3)
     state, first = init(jax.random.key(0))
     state, before = collect(state, jax.random.key(1))
     np.testing.assert_array_equal(clock(before), [[1, 2, 3], [1, 2, 3]])
@@ -97,18 +97,18 @@ def test_a_restarted_host_environments_first_steps_are_collected():
         np.asarray(after.step_type), [[StepType.FIRST, StepType.MID, StepType.MID]] * 2
     )
     replay = UniformReplay(num_envs=2, capacity=16, batch_size=1, sequence_length=2)
-    replay_state = add_steps(replay, replay.init(jax.tree.map(lambda x: x[:, 0], first)),
-                             first, first=True)  # fmt: skip
+    replay_state = source.add(replay, replay.init(jax.tree.map(lambda x: x[:, 0], first)),
+                              first, first=True)  # fmt: skip
     for steps in (before, after):
-        replay_state = add_steps(replay, replay_state, steps)
+        replay_state = source.add(replay, replay_state, steps)
     stored = np.asarray(replay_state.data.step_type)[:, : int(replay_state.size)]
     assert (stored == StepType.FIRST).sum(axis=1).tolist() == [2, 2]  # run start and restart
     one_time = OneTimeReplay(num_envs=2, unroll_length=3)
-    window_state = add_steps(one_time, one_time.init(jax.tree.map(lambda x: x[:, 0], first)),
-                             first, first=True)  # fmt: skip
-    window_state = add_steps(one_time, window_state, before)
+    window_state = source.add(one_time, one_time.init(jax.tree.map(lambda x: x[:, 0], first)),
+                              first, first=True)  # fmt: skip
+    window_state = source.add(one_time, window_state, before)
     window_state = one_time.sample(window_state, None)[1]
-    window, _ = one_time.sample(add_steps(one_time, window_state, after), None)
+    window, _ = one_time.sample(source.add(one_time, window_state, after), None)
     np.testing.assert_array_equal(clock(window), [[3, 0, 1, 2]] * 2)  # 3 -> 0 is a restart
 
 
@@ -156,7 +156,7 @@ def test_an_unroll_dropped_for_policy_lag_still_leads_the_actors_next_one(monkey
         pool.outbox, pool.inflight = [None], [None]
         taken = pool._collect_async(None, learner_version)
         steps = jax.tree.map(jnp.asarray, ActorSteps(taken.steps, taken.actors, taken.leads))
-        replay_state = add_steps(replay, replay_state, steps)
+        replay_state = add_actor_steps(replay, replay_state, steps)
         batch, replay_state = replay.sample(replay_state, None)
         windows.append(np.asarray(batch["clock"])[0].tolist())
     assert windows == [[0, 1, 2, 3], [6, 7, 8, 9], [9, 10, 11, 12]]

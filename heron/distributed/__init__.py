@@ -13,25 +13,41 @@ and Ray itself only when a run starts (``cluster.py``).
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
-from heron.distributed.cluster import RayUnavailableError, require_ray
-from heron.distributed.pool import ActorFailure, ActorPool
-from heron.distributed.source import RaySource, RaySourceState
-from heron.distributed.worker import WorkerSpec
-from heron.run_config import ASYNC, RunConfig
+from heron.sources import Request
+
+# Loaded on first use: ``heron.distributed.options`` (imported by every run configuration)
+# must not bring in the actors' code, which imports the training driver.
+_LAZY = {
+    "RayUnavailableError": "heron.distributed.cluster",
+    "require_ray": "heron.distributed.cluster",
+    "ActorFailure": "heron.distributed.pool",
+    "ActorPool": "heron.distributed.pool",
+    "RaySource": "heron.distributed.source",
+    "RaySourceState": "heron.distributed.source",
+    "WorkerSpec": "heron.distributed.worker",
+}
 
 
-def replay_name(run: RunConfig) -> str | None:
-    """The replayer of a run with actors: the asynchronous driver's is cycle_one_time."""
-    return "cycle_one_time" if run.dist.driver == ASYNC else run.replay
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'heron.distributed' has no attribute {name!r}")
+    return getattr(importlib.import_module(_LAZY[name]), name)
 
 
-def make_source(algo: str, agent_config, agent, env, pipeline, run: RunConfig) -> RaySource:
+def make_source(request: Request):
     """The run's actors as a source (nothing starts until the run does)."""
     import jax
 
+    from heron.distributed.pool import ActorPool
+    from heron.distributed.source import RaySource
+    from heron.distributed.worker import WorkerSpec
+
+    algo, agent_config, run = request.algo, request.agent_config, request.run
+    env, pipeline = request.env, request.pipeline
     compile_cache = jax.config.jax_compilation_cache_dir
     spec = WorkerSpec(
         algo=algo,
@@ -47,7 +63,7 @@ def make_source(algo: str, agent_config, agent, env, pipeline, run: RunConfig) -
         python_path=(os.getcwd(), *(path for path in sys.path if path)),
     )
     pool = ActorPool(spec, run.actors, run.dist, run.ray_address, env.is_jax)
-    return RaySource(env, pipeline, agent.unroll_length, run.actors, run.dist, pool)
+    return RaySource(env, pipeline, request.agent.unroll_length, run.actors, run.dist, pool)
 
 
 __all__ = [
@@ -58,6 +74,5 @@ __all__ = [
     "RayUnavailableError",
     "WorkerSpec",
     "make_source",
-    "replay_name",
     "require_ray",
 ]

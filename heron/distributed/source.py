@@ -27,10 +27,10 @@ import jax.numpy as jnp
 from jax.experimental import io_callback
 
 from heron.agents.base import Agent
+from heron.distributed.options import ASYNC, DistConfig
 from heron.distributed.pool import ActorPool, Taken
 from heron.envs.wrappers import ObservationPipeline, PipelineState, RunningStats
-from heron.run_config import ASYNC, DistConfig
-from heron.training.sources import ActorSteps, EnvSource, EpisodeStats
+from heron.training.sources import EnvSource, EpisodeStats, Source
 
 _LAGGED_STREAM = 2**31 - 1  # folded into the init key for the first overlapped requests
 
@@ -44,6 +44,28 @@ class RaySourceState(NamedTuple):
     version: jax.Array  # int32 []: parameter versions published so far
     key: jax.Array  # uint32 [2]: the asynchronous requests' keys derive from it
     lagged: Any  # policy lag 1: (agent state, keys [A, 2], version) of the requests in flight
+
+
+class ActorSteps(NamedTuple):
+    """Steps from several actors, in the order the replay takes them."""
+
+    steps: Any  # leaves [U, lanes per actor, T, ...]
+    actors: jax.Array  # int32 [U]: the actor that produced each
+    leads: Any = None  # leaves [U, lanes per actor, 1, ...]: the step in front of each unroll
+
+
+def add_actor_steps(replay, replay_state, steps: ActorSteps, first: bool = False):
+    """Several actors' unrolls into a replay with a slot per actor, one actor at a time,
+    each after the step in front of it (``first``: they begin new streams)."""
+    put = replay.start if first else replay.add
+
+    def add_one(replay_state, one):
+        actor_steps, actor, lead = one
+        if lead is not None:
+            replay_state = replay.start(replay_state, lead, actor)
+        return put(replay_state, actor_steps, actor), None
+
+    return jax.lax.scan(add_one, replay_state, (steps.steps, steps.actors, steps.leads))[0]
 
 
 def actor_keys(key, actors: int):
@@ -79,7 +101,7 @@ def _joined(tree):
 
 
 @dataclasses.dataclass(frozen=True)
-class RaySource:
+class RaySource(Source):
     """``actors`` Ray actors, each stepping ``env.num_envs / actors`` of the run's
     environments (``env`` gives their spec here; it is never stepped in this process)."""
 
@@ -121,8 +143,8 @@ class RaySource:
         return self.unroll_length * self.envs_per_actor * self.unrolls_per_iteration
 
     @property
-    def learn_limit(self) -> int | None:
-        return None
+    def replayer(self) -> str | None:
+        return "cycle_one_time" if self.is_async else None  # the learner takes whole unrolls
 
     @property
     def replay_sizes(self) -> dict:
@@ -184,6 +206,15 @@ class RaySource:
 
     def _steps(self, steps, actors, leads=None):
         return ActorSteps(steps, actors, leads) if self.is_async else _joined(steps)
+
+    def add(self, replay, replay_state, steps, first: bool = False):
+        if not self.is_async:
+            return super().add(replay, replay_state, steps, first)
+        return add_actor_steps(replay, replay_state, steps, first)
+
+    def lanes_of(self, steps):
+        """The asynchronous driver's unrolls [U, lanes, T] as [U x lanes, T]."""
+        return _joined(steps.steps) if self.is_async else steps
 
     def init(self, agent: Agent, agent_state, key):
         """Every actor's fresh environments, acted on once: their first steps enter the
@@ -292,7 +323,8 @@ class RaySource:
         return {name: jnp.asarray(value, jnp.float32) for name, value in values.items()}
 
     def summary(self, state: RaySourceState) -> dict:
-        """The final JSON line's ``dist`` (``state`` on the host, one seed)."""
+        """The final JSON line's ``dist`` (one seed's ``state``)."""
+        state = jax.device_get(state)
         return {
             "dist": {
                 "actors": self.actors,

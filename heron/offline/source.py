@@ -18,10 +18,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from heron import sources
 from heron.agents.base import Agent
+from heron.configs import ConfigError
 from heron.envs.wrappers import ObservationPipeline, PipelineState, RunningStats
-from heron.offline.dataset import Dataset, check_against_env, to_steps
-from heron.training.sources import EpisodeStats
+from heron.offline.dataset import Dataset, check_against_env, content_hash, read_dataset, to_steps
+from heron.training.sources import EpisodeStats, Source
+
+DEFAULT_UPDATES_PER_ITERATION = 1_000
 
 
 class DatasetState(NamedTuple):
@@ -52,7 +56,7 @@ def through_pipeline(pipeline: ObservationPipeline, stats, steps) -> Any:
 
 
 @dataclasses.dataclass(frozen=True)
-class DatasetSource:
+class DatasetSource(Source):
     """``dataset``, checked against the evaluation env's spaces, replayed uniformly."""
 
     dataset: Dataset
@@ -67,7 +71,8 @@ class DatasetSource:
 
     lanes = 1
     num_envs = 0  # no environment is stepped: no episodes to wait for before saving
-    resume_note = None
+    replayer = "uniform"
+    collects = False
 
     @property
     def steps_per_iteration(self) -> int:
@@ -84,6 +89,10 @@ class DatasetSource:
             "min_size": 0,
             "samples_per_step": None,
         }
+
+    @property
+    def record(self) -> dict:
+        return {"dataset": {**self.dataset.summary(), "content_sha256": content_hash(self.dataset)}}
 
     def _experience(self):
         """(the dataset as the agent sees it [1, N] (one lane), its observation statistics):
@@ -112,3 +121,55 @@ class DatasetSource:
 
     def episodes(self, state: DatasetState) -> EpisodeStats:
         return EpisodeStats.zeros(1)
+
+
+def check_dataset_options(run) -> None:
+    """The run options of a dataset: ``dataset`` and ``updates_per_iteration``."""
+    if run.dataset is None:
+        if run.updates_per_iteration is not None:
+            raise ConfigError(
+                "updates_per_iteration sets the gradient updates per iteration of an offline "
+                "run: it needs --dataset (online, the replay ratio sets them)"
+            )
+        return
+    if not run.dataset:
+        raise ConfigError("dataset must be a directory path, got an empty string")
+    if not run.separate_eval:
+        raise ConfigError(
+            "separate_eval=False reports training episodes as evaluations; an offline run "
+            "has no training episodes: keep separate_eval True"
+        )
+    if run.replay not in (None, DatasetSource.replayer):
+        raise ConfigError(
+            f"an offline run replays its dataset uniformly; replay={run.replay!r} cannot "
+            "serve it: drop --replay"
+        )
+
+
+def make_dataset_source(request: sources.Request) -> DatasetSource:
+    """The run's dataset, for an agent that can learn from one."""
+    agent, algo = request.agent, request.algo
+    if agent.uses_prev_action:
+        raise ConfigError(
+            f"{algo} learns from the action before each step (prev_action), which datasets "
+            "do not record; train it online"
+        )
+    if DatasetSource.replayer not in agent.replayers:
+        raise ConfigError(
+            f"{algo} learns on-policy ({', '.join(agent.replayers)} replay) and cannot train "
+            "from a dataset, which is replayed uniformly; use an off-policy agent such as crr"
+        )
+    run = request.run
+    updates = run.updates_per_iteration or DEFAULT_UPDATES_PER_ITERATION
+    return DatasetSource(read_dataset(run.dataset), request.pipeline, updates, run.env)
+
+
+sources.register(
+    sources.SourceKind(
+        "dataset",
+        lambda run: run.dataset is not None,
+        check_dataset_options,
+        make_dataset_source,
+        collects=False,
+    )
+)

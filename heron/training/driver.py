@@ -490,9 +490,8 @@ class _Loop:
         }
         if setup.run.stop_at_return is not None:
             summary["stopped_at_return"] = self.reached_at is not None
-        if hasattr(setup.source, "summary"):  # e.g. what the source's actors did
-            first_seed = jax.tree.map(lambda x: x[0], state.source_state)
-            summary.update(setup.source.summary(jax.device_get(first_seed)))
+        first_seed = jax.tree.map(lambda x: x[0], state.source_state)
+        summary.update(setup.source.summary(first_seed))  # e.g. what the source's actors did
         if setup.run.seeds > 1:
             summary["per_seed"] = [
                 {

@@ -9,7 +9,6 @@ the source's ``learn_limit`` times).
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -17,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from heron.agents.base import Agent
-from heron.training.sources import ActorSteps, Source
+from heron.training.sources import Source
 
 SEED_AXIS = "seeds"  # the vmapped axis of independent runs
 _NO_LIMIT = 2**31 - 1
@@ -93,37 +92,6 @@ def learn_phase(agent: Agent, replay, agent_state, replay_state, key, limit: int
     return agent_state, replay_state, metrics
 
 
-def add_steps(replay, replay_state, steps, first: bool = False):
-    """``steps`` [lanes, T] into the replay, or ``ActorSteps`` one actor at a time, each
-    unroll after the step in front of it. ``first``: the steps begin new streams (a run's
-    fresh environments), ``replay.start`` takes them."""
-    put = replay.start if first else replay.add
-    if not isinstance(steps, ActorSteps):
-        return put(replay_state, steps)
-
-    def add_one(replay_state, one):
-        actor_steps, actor, lead = one
-        if lead is not None:
-            replay_state = replay.start(replay_state, lead, actor)
-        return put(replay_state, actor_steps, actor), None
-
-    return jax.lax.scan(add_one, replay_state, (steps.steps, steps.actors, steps.leads))[0]
-
-
-def collected(steps) -> int:
-    """Environment steps in ``steps`` [lanes, T] (or ``ActorSteps`` [U, lanes, T])."""
-    if isinstance(steps, ActorSteps):
-        steps = steps.steps
-    return math.prod(steps.step_type.shape)
-
-
-def one_lane_step(steps):
-    """One actor's (or all lanes') first step [lanes, ...]: the replay's example."""
-    if isinstance(steps, ActorSteps):
-        steps = jax.tree.map(lambda x: x[0], steps.steps)
-    return jax.tree.map(lambda x: x[:, 0], steps)
-
-
 NON_FINITE = "non_finite/"  # metrics the driver checks but does not log
 EXPERIENCE = "experience"  # with observers: the iteration's steps, handed to them
 
@@ -149,13 +117,6 @@ def strongly_typed(tree):
     return jax.tree.map(lambda x: jax.lax.convert_element_type(x, x.dtype), tree)
 
 
-def lanes_of(steps):
-    """``steps`` [lanes, T] as they are, or ``ActorSteps``' [U, lanes, T] as [U x lanes, T]."""
-    if not isinstance(steps, ActorSteps):
-        return steps
-    return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), steps.steps)
-
-
 def make_program(
     agent: Agent, replay, source: Source, evaluate: Callable, observe: bool = False
 ) -> Program:
@@ -167,9 +128,8 @@ def make_program(
     def init_one(keys, agent_state):
         _, source_key, key = keys
         source_state, first_steps = source.init(agent, agent_state, source_key)
-        replay_state = add_steps(
-            replay, replay.init(one_lane_step(first_steps)), first_steps, first=True
-        )
+        example = jax.tree.map(lambda x: x[:, 0], source.lanes_of(first_steps))
+        replay_state = source.add(replay, replay.init(example), first_steps, first=True)
         return TrainState(agent_state, replay_state, source_state, key, jnp.zeros((), jnp.int32))
 
     def init(keys):
@@ -184,22 +144,20 @@ def make_program(
         source_state, steps = source.collect(
             agent, state.agent_state, state.source_state, collect_key
         )
-        replay_state = (
-            state.replay_state if steps is None else add_steps(replay, state.replay_state, steps)
-        )
-        agent_state = state.agent_state
-        if steps is not None and agent.observe_steps is not None:
-            agent_state = agent.observe_steps(agent_state, collected(steps))
+        replay_state, agent_state, metrics = state.replay_state, state.agent_state, {}
+        if source.collects:
+            replay_state = source.add(replay, replay_state, steps)
+            if agent.observe_steps is not None:
+                agent_state = agent.observe_steps(agent_state, source.collected(steps))
+            lanes = source.lanes_of(steps)  # where non-finite values come from, if any
+            metrics.update(non_finite_inputs(lanes))
+            if observe:
+                metrics[EXPERIENCE] = lanes
         seen = ReplayView(replay, source.view(source_state))
-        agent_state, replay_state, metrics = learn_phase(
+        agent_state, replay_state, learned = learn_phase(
             agent, seen, agent_state, replay_state, learn_key, source.learn_limit
         )
-        if steps is not None:  # where non-finite values come from, when there are any
-            metrics.update(non_finite_inputs(getattr(steps, "steps", steps)))
-            if observe:
-                metrics[EXPERIENCE] = lanes_of(steps)
-        if hasattr(source, "metrics"):
-            metrics.update(source.metrics(source_state))
+        metrics = {**learned, **metrics, **source.metrics(source_state)}
         new_state = TrainState(agent_state, replay_state, source_state, key, state.iteration + 1)
         return strongly_typed(new_state), metrics
 

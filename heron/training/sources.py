@@ -1,50 +1,35 @@
 """Sources of experience: where the steps the driver adds to the replay come from.
 
-A source is a set of pure functions the driver compiles into every iteration:
+A source is one declared protocol, ``Source``: pure functions the driver compiles into every
+iteration, and what the driver needs to know about it. The compiled program and the driver
+use every member alike and never ask which source they hold:
 
-    source_state, steps = source.init(agent, agent_state, key)          # steps [lanes, t0]
-    source_state, steps = source.collect(agent, agent_state, source_state, key)  # or None
-    source_state = source.restart(agent, agent_state, source_state, key)  # after a resume
+    source_state, steps = source.init(agent, agent_state, key)                  # first steps
+    source_state, steps = source.collect(agent, agent_state, source_state, key)  # an iteration's
+    replay_state = source.add(replay, replay_state, steps, first)                # into the replay
+    source_state = source.restart(agent, agent_state, source_state, key)         # after a resume
 
-``steps`` are [lanes, T] for every lane, or ``ActorSteps``: several actors' steps with their
-actor ids, which the driver adds to the replay one actor at a time (a replay with a slot per
-actor). A source may also report ``metrics(source_state) -> dict`` (logged with every
-iteration) and ``summary(source_state) -> dict`` (added to the final JSON line).
-
-Plus what the driver needs to know about it: ``lanes`` (the replay's environments),
-``num_envs`` (environments stepped; their episodes are counted), ``steps_per_iteration``
-(what an iteration counts towards ``--steps``), ``learn_limit`` (most learning steps per
-iteration; None leaves it to the replay's rate), ``replay_sizes`` (what the source needs of
-the replay, e.g. a dataset's capacity), and readers of its state (``observations``: the
-observation pipeline's state, used by the policy when evaluating; ``view``: what an agent
-sees of the steps it adds, i.e. observations normalised with the latest statistics;
-``episodes``: the episode statistics; ``last_steps``: the step each lane last acted on
-[lanes, 1], for sources that collect).
-
-``EnvSource`` steps environments (JAX envs, or Gymnasium envs through host callbacks);
-other packages provide the rest (a dataset, actors on other machines).
+``EnvSource`` steps environments (JAX envs, or Gymnasium envs through host callbacks); other
+packages provide the rest (``heron.offline``: a dataset; ``heron.distributed``: actors on
+other machines). Which one a run uses is the ``RunConfig``'s choice: each registers a
+``heron.sources.SourceKind`` with the options it reads.
 """
 
 from __future__ import annotations
 
+import abc
 import dataclasses
+import math
 from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
+from heron import sources
 from heron.agents.base import Agent
 from heron.envs.wrappers import ObservationPipeline, PipelineState
 from heron.types import Experience, TimeStep
-
-
-class ActorSteps(NamedTuple):
-    """Steps from several actors, in the order the replay takes them."""
-
-    steps: Any  # leaves [U, lanes per actor, T, ...]
-    actors: jax.Array  # int32 [U]: the actor that produced each
-    leads: Any = None  # leaves [U, lanes per actor, 1, ...]: the step in front of each unroll
 
 
 class EpisodeStats(NamedTuple):
@@ -84,25 +69,92 @@ class EpisodeStats(NamedTuple):
         )
 
 
-class Source(Protocol):
-    lanes: int
-    num_envs: int
-    steps_per_iteration: int
-    learn_limit: int | None
-    replay_sizes: dict
-    resume_note: str | None  # said when a resumed run cannot continue exactly
+class Source(abc.ABC):
+    """The source protocol. Abstract members every source defines; the others have the
+    defaults of a source that steps its own environments in this process.
 
-    def init(self, agent: Agent, agent_state, key) -> tuple[Any, Any]: ...
+    ``steps`` are [lanes, T] (every lane's new steps), or what the source's ``add`` and
+    ``lanes_of`` read (several actors' unrolls, ``ActorSteps``).
+    """
 
-    def collect(self, agent: Agent, agent_state, source_state, key) -> tuple[Any, Any]: ...
+    lanes: int  # the replay's environments (lanes of steps)
+    num_envs: int  # environments stepped; their episodes are counted (0: none)
+    steps_per_iteration: int  # what an iteration counts towards ``--steps``
+    learn_limit: int | None = None  # most learning steps per iteration; None: the replay's rate
+    resume_note: str | None = None  # said when a resumed run cannot continue exactly
+    replayer: str | None = None  # the replayer it needs; None: the run's or the agent's own
+    # False: the steps of ``init`` are all there is (a dataset), ``collect`` returns none
+    collects: ClassVar[bool] = True
 
-    def restart(self, agent: Agent, agent_state, source_state, key) -> Any: ...
+    @property
+    def replay_sizes(self) -> dict:
+        """``ReplaySizes`` fields it needs of the replay (e.g. a dataset's capacity)."""
+        return {}
 
-    def observations(self, source_state) -> PipelineState: ...
+    @property
+    def record(self) -> dict:
+        """config.json entries it adds (e.g. the dataset it replays)."""
+        return {}
 
-    def view(self, source_state) -> Callable: ...
+    @property
+    def failure(self) -> BaseException | None:
+        """Why its processes stopped the run (raised from inside the compiled iteration)."""
+        return None
 
-    def episodes(self, source_state) -> EpisodeStats: ...
+    def start(self) -> None:  # noqa: B027  (optional)
+        """Starts its processes, before the run writes anything."""
+
+    def close(self) -> None:  # noqa: B027  (optional)
+        """Stops them, however the run ended."""
+
+    @abc.abstractmethod
+    def init(self, agent: Agent, agent_state, key) -> tuple[Any, Any]:
+        """(source state, the first steps [lanes, t0]: they begin the replay's streams)."""
+
+    @abc.abstractmethod
+    def collect(self, agent: Agent, agent_state, source_state, key) -> tuple[Any, Any]:
+        """(source state, one iteration's new steps; None when it ``collects`` nothing)."""
+
+    @abc.abstractmethod
+    def restart(self, agent: Agent, agent_state, source_state, key) -> Any:
+        """The source state of a resumed run, where its environments restart."""
+
+    @abc.abstractmethod
+    def observations(self, source_state) -> PipelineState:
+        """The observation pipeline's state (statistics the policy evaluates with)."""
+
+    @abc.abstractmethod
+    def view(self, source_state) -> Callable:
+        """What an agent sees of the steps it added (observations normalised with the
+        latest statistics)."""
+
+    @abc.abstractmethod
+    def episodes(self, source_state) -> EpisodeStats:
+        """The episode statistics."""
+
+    def last_steps(self, source_state):
+        """The step each lane last acted on [lanes, 1] (after ``init``: its first)."""
+        raise NotImplementedError(f"{type(self).__name__} acts on no steps")
+
+    def add(self, replay, replay_state, steps, first: bool = False):
+        """``steps`` into the replay; ``first``: they begin new streams (``replay.start``)."""
+        return (replay.start if first else replay.add)(replay_state, steps)
+
+    def lanes_of(self, steps):
+        """``steps`` as [lanes, T], for what looks at every step (checks, observers)."""
+        return steps
+
+    def collected(self, steps) -> int:
+        """Environment steps in ``steps``."""
+        return math.prod(self.lanes_of(steps).step_type.shape)
+
+    def metrics(self, source_state) -> dict:
+        """Logged with every iteration."""
+        return {}
+
+    def summary(self, source_state) -> dict:
+        """Added to the final JSON line (``source_state``: one seed's)."""
+        return {}
 
 
 class EnvSourceState(NamedTuple):
@@ -114,7 +166,7 @@ class EnvSourceState(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class EnvSource:
+class EnvSource(Source):
     """``num_envs`` environments stepped ``unroll_length`` times per iteration by the
     agent's ``act``; observations go through ``pipeline`` first (episode statistics are
     taken before it, on the raw rewards)."""
@@ -134,14 +186,6 @@ class EnvSource:
     @property
     def steps_per_iteration(self) -> int:
         return self.unroll_length * self.env.num_envs
-
-    @property
-    def learn_limit(self) -> int | None:
-        return None  # as many learning steps as the replay allows
-
-    @property
-    def replay_sizes(self) -> dict:
-        return {}  # the agent's own replay settings
 
     @property
     def resume_note(self) -> str | None:
@@ -226,3 +270,13 @@ class EnvSource:
 
     def episodes(self, state: EnvSourceState) -> EpisodeStats:
         return state.stats
+
+
+sources.register(
+    sources.SourceKind(
+        "environments",
+        lambda run: False,  # the source of a run that asks for no other
+        lambda run: None,
+        lambda request: EnvSource(request.env, request.pipeline, request.agent.unroll_length),
+    )
+)
