@@ -19,11 +19,9 @@ exported for later runs of the same configuration in its ``heron-programs`` fold
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
+import difflib
 import errno
-import functools
-import io
 import json
 import logging
 import os
@@ -47,84 +45,68 @@ class UsageError(ValueError):
     """A command line heron cannot run."""
 
 
-def _box_lines(box: str) -> list[str]:
-    """The lines of tyro's error message, borders removed, indentation kept. tyro draws a box
-    (``╭─ title ─╮``, ``│ line │``) or, when it cannot, plain lines (`` title``,
-    ``  line``); rules are ``─`` or ``-``."""
-    lines = []
-    for raw in box.splitlines():
-        line = raw.rstrip()
-        if line.lstrip().startswith(("╭", "╰")):
-            line = line.strip().strip("╭╮╰╯─ ")
-        elif line.startswith("│"):
-            line = line[1:].removesuffix("│").rstrip()
-            line = line[1:] if line.startswith(" ") else line
-        lines.append(line)
-    return lines
-
-
-def _is_rule(line: str) -> bool:
-    return not line.strip() or set(line.strip()) <= set("─-")
-
-
-def _suggestions(lines: list[str]) -> list[tuple[str | None, list[str]]]:
-    """The options tyro suggests, as (misspelt option or None, suggested options): its
-    "Perhaps you meant:" section (one unknown option) or one "Arguments similar to --x:"
-    section per unknown option. Option lines are indented 4 deeper than the section's
-    header, their help 8."""
-    sections: list[tuple[str | None, list[str]]] = []
-    indent = None  # the option lines' indentation inside a section
-    for line in lines:
-        text = line.strip()
-        depth = len(line) - len(line.lstrip())
-        if text.startswith("Perhaps you meant") or text.startswith("Arguments similar to "):
-            typo = text.removeprefix("Arguments similar to ").rstrip(":")
-            sections.append((None if text.startswith("Perhaps") else typo, []))
-            indent = depth + 4
-        elif _is_rule(line):
-            indent = None
-        elif indent is not None and depth == indent and text.startswith("-"):
-            options = sections[-1][1]
-            for option in text.split(" ")[0].split(","):
-                if option and option not in options:
-                    options.append(option)
-    return [(typo, options) for typo, options in sections if options]
-
-
-def _one_line(box: str) -> str:
-    """The message of tyro's error (after its title, up to the first rule) on one line, with
-    the options tyro suggests for a misspelt one."""
-    lines = _box_lines(box)
-    body = lines[1:] if lines else []  # lines[0] is the title
-    while body and _is_rule(body[0]):
-        body = body[1:]
-    message = []
-    for line in body:
-        if _is_rule(line):
-            break
-        message.append(line.strip())
-    text = " ".join(message) or " ".join(line.strip() for line in lines if not _is_rule(line))
-    sections = sorted(  # in the order of the message (tyro's own order varies)
-        _suggestions(lines), key=lambda section: text.find(section[0]) if section[0] else 0
-    )
-    hints = [" or ".join(options) + (f" for {typo}" if typo else "") for typo, options in sections]
-    if hints:
-        text += f"; did you mean {', '.join(hints)}?"
-    return text
-
-
 def _cli(config_type, argv: list[str], prog: str, **kwargs):
-    """``tyro.cli`` whose parse errors are heron's one-line UsageError (tyro prints a box);
-    ``--help`` prints and exits as usual."""
-    captured = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(captured):
-            return tyro.cli(config_type, args=argv, prog=prog, **kwargs)
-    except SystemExit as exit:
-        if not exit.code:
-            sys.stderr.write(captured.getvalue())
-            raise
-        raise UsageError(f"{_one_line(captured.getvalue())} (see `{prog} --help`)") from None
+    """``tyro.cli`` whose parse errors are heron's one line: a UsageError naming the
+    problem (a ConfigError for a value the config refuses); ``--help`` prints and exits as
+    usual. tyro's parse-error hook gives the failure as data (tyro is pinned: the hook is
+    not yet part of its stable API)."""
+    from tyro import _errors
+
+    def refuse(event):
+        if isinstance(event, _errors.InstantiationFailure) and event.argument is None:
+            from heron.configs import ConfigError  # (imports JAX: only where a config is)
+
+            raise ConfigError(event.message)  # the config's own validation
+        suggestion = _suggestions(event, config_type)
+        raise UsageError(f"{_describe(event, prog)}{suggestion} (see `{prog} --help`)")
+
+    with _errors.on_parse_error(refuse):
+        return tyro.cli(config_type, args=argv, prog=prog, **kwargs)
+
+
+def _describe(event, prog: str) -> str:
+    """One line of what tyro refused."""
+    from tyro import _errors
+
+    if isinstance(event, _errors.UnrecognizedArgs):
+        return f"Unrecognized options: {', '.join(event.tokens)}"
+    if isinstance(event, _errors.MissingArgs):
+        missing = [_argument_name(item.arg, metavar=True) for item in event.missing_arguments]
+        return f"Missing from {prog}: {', '.join(missing)}"
+    if isinstance(event, _errors.InvalidChoice):
+        return (
+            f"invalid choice {event.value!r} for {_argument_name(event.argument)}: expected one "
+            f"of {', '.join(event.choices)}"
+        )
+    if isinstance(event, _errors.BadValue | _errors.InstantiationFailure):
+        reason = event.reason if isinstance(event, _errors.BadValue) else event.message
+        return f"Error parsing {_argument_name(event.argument)}: {reason}"
+    return f"the command line does not parse ({type(event).__name__})"
+
+
+def _argument_name(argument, metavar: bool = False) -> str:
+    """``--steps`` (with ``metavar``: ``--steps INT``), or a positional's name: RUN_DIR."""
+    flag = argument.lowered.name_or_flags[0]
+    if not flag.startswith("-"):
+        return flag.upper()
+    return f"{flag} {argument.lowered.metavar}" if metavar else flag
+
+
+def _suggestions(event, config_type) -> str:
+    """``; did you mean --x?`` for unrecognized options close to one of ``config_type``'s
+    (``--x for --y, ...`` when several are misspelt)."""
+    from tyro import _errors
+
+    if not isinstance(event, _errors.UnrecognizedArgs):
+        return ""
+    known = sorted({option for option, _ in _option_names(config_type, "")})
+    typos = [token.split("=", 1)[0] for token in event.tokens if token.startswith("--")]
+    hints = []
+    for typo in typos:
+        close = difflib.get_close_matches(typo, known, n=2, cutoff=0.8)
+        if close:
+            hints.append(" or ".join(close) + (f" for {typo}" if len(typos) > 1 else ""))
+    return f"; did you mean {', '.join(hints)}?" if hints else ""
 
 
 def compile_cache_dir() -> str | None:
@@ -156,26 +138,15 @@ def configure_compile_cache() -> str | None:
     return path
 
 
-@functools.cache
-def _unchecked(config_type):
-    """The config class without its validation, so that tyro only parses; heron validates
-    afterwards and reports a bad value in one line instead of tyro's help box."""
-    return type(config_type.__name__, (config_type,), {"__post_init__": lambda self: None})
-
-
-def _checked(config_type, parsed):
-    return config_type(**{f.name: getattr(parsed, f.name) for f in dataclasses.fields(config_type)})
-
-
 def _train_args_class(algo: str):
     """The run's fields (flat: --env, --steps, ...) plus the agent config as ``--ALGO.*``."""
     from heron import agents
     from heron.training import RunConfig
 
-    agent_type = _unchecked(agents.config_class(algo))
+    agent_type = agents.config_class(algo)
     field = (algo, agent_type, dataclasses.field(default_factory=agent_type))
     return dataclasses.make_dataclass(
-        f"Train{algo.upper()}", [field], bases=(_unchecked(RunConfig),), frozen=True
+        f"Train{algo.upper()}", [field], bases=(RunConfig,), frozen=True
     )
 
 
@@ -285,7 +256,7 @@ def _parse_train(argv: list[str]):
     rest = _bare_flags_mean_true(rest, _bool_options(algo))
     default = args_class(
         **{f.name: getattr(run, f.name) for f in dataclasses.fields(RunConfig)},
-        **{algo: _unchecked(config_type)(**_fields(agent_config))},
+        **{algo: agent_config},
     )
     args = _cli(
         args_class,
@@ -294,9 +265,8 @@ def _parse_train(argv: list[str]):
         default=default,
         config=(tyro.conf.FlagConversionOff,),
     )
-    agent_config = _checked(config_type, getattr(args, algo))
-    run = _checked(RunConfig, dataclasses.replace(args, preset=run.preset))  # the label used
-    return algo, agent_config, run
+    fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)}
+    return algo, getattr(args, algo), RunConfig(**{**fields, "preset": run.preset})
 
 
 def _option_value(argv: list[str], option: str) -> str | None:
@@ -307,10 +277,6 @@ def _option_value(argv: list[str], option: str) -> str | None:
         if token.startswith(option + "="):
             return token.split("=", 1)[1]
     return None
-
-
-def _fields(config) -> dict:
-    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -331,13 +297,9 @@ def cmd_world_model(argv: list[str]) -> dict:
     argv = [NEGATED_FLAGS.get(token, token) for token in argv]
     bools = {option for option, kind in _option_names(config_type, "") if kind in (bool, "bool")}
     argv = _bare_flags_mean_true(argv, bools)
-    parsed = _cli(
-        _unchecked(config_type),
-        argv,
-        "heron train world-model",
-        config=(tyro.conf.FlagConversionOff,),
+    config = _cli(
+        config_type, argv, "heron train world-model", config=(tyro.conf.FlagConversionOff,)
     )
-    config = _checked(config_type, parsed)
     configure_compile_cache()
     return world_model.train(config)
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
+import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -182,3 +184,36 @@ def validate(config: Any, prefix: str) -> None:
             field.metadata["check"](name, value)
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             validate(value, name)
+
+
+def unknown_fields(config_type, values: dict, prefix: str = "") -> list[str]:
+    """The names in ``values`` (nested dicts for sub-configs) that ``config_type`` has no
+    field for, dotted."""
+    hints = typing.get_type_hints(config_type)
+    unknown = []
+    for name, value in values.items():
+        if name not in hints:
+            unknown.append(prefix + name)
+        elif dataclasses.is_dataclass(hints[name]) and isinstance(value, dict):
+            unknown += unknown_fields(hints[name], value, f"{prefix}{name}.")
+    return unknown
+
+
+def from_values(config_type, values: dict, base=None):
+    """A ``config_type`` from JSON/TOML ``values`` (config.json's records, presets): nested
+    dicts rebuild sub-configs, lists become tuples; fields not given keep ``base``'s values
+    (default: the field defaults). Refuse ``unknown_fields`` first."""
+    hints = typing.get_type_hints(config_type)
+    kwargs = (
+        {} if base is None else {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
+    )
+    for name, value in values.items():
+        hint = hints[name]
+        if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+            value = from_values(hint, value, None if base is None else getattr(base, name))
+        elif isinstance(value, list) and (
+            typing.get_origin(hint) is tuple or isinstance(hint, types.UnionType)
+        ):
+            value = tuple(value)
+        kwargs[name] = value
+    return config_type(**kwargs)

@@ -24,7 +24,7 @@ import functools
 import os
 import tomllib
 
-from heron.configs import ConfigError
+from heron.configs import ConfigError, from_values, unknown_fields
 
 NONE = "none"
 AUTO = "auto"
@@ -87,30 +87,17 @@ def label(algo: str, key: str | None) -> str:
     return NONE if key is None else f"{algo}/{key}"
 
 
-def _replace(config, values: dict):
-    """``config`` with ``values`` (nested dicts for sub-configs, lists as tuples)."""
-    changes = {}
-    for name, value in values.items():
-        current = getattr(config, name)
-        if dataclasses.is_dataclass(current) and isinstance(value, dict):
-            value = _replace(current, value)
-        elif isinstance(value, list):
-            value = tuple(value)
-        changes[name] = value
-    return dataclasses.replace(config, **changes)
-
-
 def apply(algo: str, key: str | None, agent_config, run):
     """(agent config, run config) with the preset's values on top (no preset: unchanged but
     for the run's ``preset`` label)."""
     if key is not None:
         values = record(algo, key)
-        unknown = set(values[algo]) - {f.name for f in dataclasses.fields(agent_config)}
-        unknown |= set(values["run"]) - {f.name for f in dataclasses.fields(run)}
+        unknown = unknown_fields(type(agent_config), values[algo])
+        unknown += unknown_fields(type(run), values["run"])
         if unknown:
             raise ConfigError(f"preset {label(algo, key)} sets unknown fields {sorted(unknown)}")
-        agent_config = _replace(agent_config, values[algo])
-        run = _replace(run, values["run"])
+        agent_config = from_values(type(agent_config), values[algo], agent_config)
+        run = from_values(type(run), values["run"], run)
     return agent_config, dataclasses.replace(run, preset=label(algo, key))
 
 

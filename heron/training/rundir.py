@@ -8,18 +8,17 @@ RUN_DIR/checkpoints/     orbax (``checkpoints``)
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime
 import hashlib
 import json
 import math
 import os
 import socket
-import types
-import typing
 
 import jax
 import numpy as np
+
+from heron import configs
 
 CONFIG = "config.json"
 METRICS = "metrics.jsonl"
@@ -67,25 +66,16 @@ def read_config(run_dir: str) -> dict:
 
 
 def config_from_record(config_type, values: dict, where: str, renamed: dict | None = None):
-    """A config dataclass from JSON values: lists back to tuples, sub-configs rebuilt,
-    unknown fields refused (``renamed`` maps an old field to the one that replaced it)."""
+    """A config dataclass from a record's JSON values; unknown fields refused (``renamed``
+    maps an old field to the one that replaced it)."""
     if not isinstance(values, dict):
         raise RunDirError(f"{where}: expected an object of {config_type.__name__} fields")
-    hints = typing.get_type_hints(config_type)
-    kwargs = {}
-    for name, value in values.items():
-        if name not in hints:
-            hint = f" (now {renamed[name]})" if renamed and name in renamed else ""
-            raise RunDirError(f"unknown field {name!r}{hint} for {config_type.__name__} in {where}")
-        hint = hints[name]
-        if dataclasses.is_dataclass(hint) and isinstance(value, dict):
-            value = config_from_record(hint, value, where)
-        elif isinstance(value, list) and (
-            typing.get_origin(hint) is tuple or isinstance(hint, types.UnionType)
-        ):
-            value = tuple(value)
-        kwargs[name] = value
-    return config_type(**kwargs)
+    unknown = configs.unknown_fields(config_type, values)
+    if unknown:
+        name = unknown[0]
+        hint = f" (now {renamed[name]})" if renamed and name in renamed else ""
+        raise RunDirError(f"unknown field {name!r}{hint} for {config_type.__name__} in {where}")
+    return configs.from_values(config_type, values)
 
 
 def truncate_metrics(run_dir: str, step: int) -> list[dict]:
