@@ -108,3 +108,10 @@ def test_a_missing_optional_dependency_names_the_extra(capsys):
         assert str(raised.value) == message
     assert main(["check-env", "needs-missing:Env-v0"]) == 2
     assert capsys.readouterr().err == f"heron: error: {message}\n"
+
+
+def test_the_program_cache_keys_the_libraries_families_trace():
+    from heron.training import program_cache
+
+    assert "gymnax" not in program_cache.BASE_LIBRARIES
+    assert program_cache.libraries() == (*program_cache.BASE_LIBRARIES, "gymnax")
