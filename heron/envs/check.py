@@ -32,8 +32,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from heron.envs import UnknownEnvError, make_one
+from heron.envs.errors import UnknownEnvError
 from heron.envs.jax_env import JaxEnv
+from heron.envs.registry import make_one
 from heron.specs import SpaceError, action_spec_from_space, observation_shape_from_space
 from heron.types import StepType
 

@@ -60,8 +60,9 @@ HOST_ONLY_RUN_FIELDS = (
     "preset",
 )
 
-# Distributions whose code is traced into the programs (or decides their numbers).
-LIBRARIES = (
+# Distributions whose code is traced into every program (or decides its numbers); the
+# environment families add those their environments trace (libraries()).
+BASE_LIBRARIES = (
     "jax",
     "jaxlib",
     "flax",
@@ -69,7 +70,6 @@ LIBRARIES = (
     "distrax",
     "rlax",
     "chex",
-    "gymnax",
     "numpy",
     "ml_dtypes",
     "tfp-nightly",
@@ -102,9 +102,16 @@ def heron_source_digest() -> str | None:
     return digest.hexdigest() if newest < heron.IMPORTED_AT - 1.0 else None
 
 
+def libraries() -> tuple[str, ...]:
+    """BASE_LIBRARIES and those the registered environment families trace (gymnax)."""
+    from heron import envs
+
+    return BASE_LIBRARIES + envs.traced_libraries()
+
+
 def library_versions() -> dict[str, str | None]:
     versions = {}
-    for name in LIBRARIES:
+    for name in libraries():
         try:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
