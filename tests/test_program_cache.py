@@ -223,10 +223,11 @@ def test_environments_of_a_users_module_are_not_cached(tmp_path, run):
 
 def test_a_users_factory_under_a_heron_id_is_not_cached(tmp_path, monkeypatch):
     from heron import envs
+    from heron.envs.families import heron as family
 
-    monkeypatch.setitem(envs._HERON_ENVS, "CartPole-masked-v1", envs._masked_cartpole)
+    monkeypatch.setitem(family._HERON_ENVS, "CartPole-masked-v1", family._masked_cartpole)
     assert envs.is_builtin("heron:CartPole-masked-v1")
-    monkeypatch.setitem(envs._HERON_ENVS, "CartPole-masked-v1", lambda: envs._masked_cartpole())
+    monkeypatch.setitem(family._HERON_ENVS, "CartPole-masked-v1", lambda: family._masked_cartpole())
     assert not envs.is_builtin("heron:CartPole-masked-v1")
     assert envs.is_builtin("gymnax:CartPole-v1")
     assert not envs.is_builtin("custom_envs:CounterJaxEnv")

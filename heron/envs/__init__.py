@@ -23,9 +23,7 @@ id gymnasium keeps only for old code) raise EnvUnavailableError naming the reaso
 from heron.envs.adapters import import_gymnax
 from heron.envs.check import EnvCheck, check
 from heron.envs.errors import EnvUnavailableError, UnknownEnvError
-
-# _HERON_ENVS and _masked_cartpole: tests/test_program_cache.py swaps heron's builtin factory.
-from heron.envs.families.heron import _HERON_ENVS, _masked_cartpole, id_of, register  # noqa: F401
+from heron.envs.families.heron import id_of, register
 from heron.envs.families.module_path import import_env_module
 from heron.envs.family import Family
 from heron.envs.gym_env import GymEnv
