@@ -21,6 +21,7 @@ _SUBMODULES = (
     "networks",
     "offline",
     "ops",
+    "policy",
     "presets",
     "replay",
     "schedules",
@@ -30,18 +31,18 @@ _SUBMODULES = (
 )
 _TYPES = ("Experience", "StepType", "TimeStep")
 _API = (
-    "Policy",
     "build",
     "collect",
     "evaluate_run",
-    "load",
     "load_config",
     "load_run",
     "resume",
     "train",
 )
 
-__all__ = [*_TYPES, *_API, "RunConfig", *_SUBMODULES]
+_POLICY = ("Policy", "load")
+
+__all__ = [*_TYPES, *_API, *_POLICY, "RunConfig", *_SUBMODULES]
 
 
 def __getattr__(name):
@@ -51,6 +52,8 @@ def __getattr__(name):
         return getattr(importlib.import_module("heron.types"), name)
     if name in _API:
         return getattr(importlib.import_module("heron.api"), name)
+    if name in _POLICY:
+        return getattr(importlib.import_module("heron.policy"), name)
     if name == "RunConfig":
         return importlib.import_module("heron.run_config").RunConfig
     raise AttributeError(f"module 'heron' has no attribute {name!r}")

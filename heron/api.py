@@ -5,7 +5,7 @@ collect data from it.
     setup = heron.build("ppo", run=heron.RunConfig(env="gymnax:CartPole-v1"))
     summary = heron.train(setup, "runs/cartpole")      # the final JSON line's fields
     summary = heron.resume("runs/cartpole", steps=200_000)   # continue, to a new budget
-    policy = heron.load("runs/cartpole")               # action = policy(observation)
+    policy = heron.load("runs/cartpole")               # action = policy(observation): heron.policy
 
 ``build`` makes the source of experience the run configuration asks for (``heron.sources``):
 environments (JAX envs compiled whole, Gymnasium envs through host callbacks), with
@@ -38,7 +38,6 @@ from heron.training.driver import Setup, TrainingError, seed_keys
 from heron.training.evaluation import make_evaluate
 from heron.training.program import SEED_AXIS
 from heron.training.signals import RunInterrupted
-from heron.types import StepType, TimeStep
 
 OBSERVERS_NEED_STEPS = "observers see the steps a run collects; a run on a dataset collects none"
 
@@ -480,7 +479,6 @@ def collect(
 
 
 __all__ = [
-    "Policy",
     "RunConfig",
     "Setup",
     "TrainingError",
@@ -488,87 +486,8 @@ __all__ = [
     "checkpoints",
     "collect",
     "evaluate_run",
-    "load",
     "load_config",
     "load_run",
     "resume",
     "train",
 ]
-
-
-class Policy:
-    """A trained run's policy, acting on raw observations as its environment gives them:
-
-        policy = heron.load("runs/cartpole")           # the latest checkpoint (best=True: best)
-        action = policy(observation)                   # [*obs] -> action, or [B, *obs] -> [B, ...]
-        policy.reset()                                 # before new episodes (recurrent, history)
-
-    Observations go through the run's pipeline (normalisation with the statistics it
-    learnt, history stacking); the first call after ``reset`` starts the episodes. Acting is
-    greedy unless a ``temperature`` is given (here or per call). Several seeds: the first's.
-    """
-
-    def __init__(self, setup: Setup, state, checkpoint: int, temperature: float = 0.0):
-        self.setup, self.checkpoint, self.temperature = setup, checkpoint, temperature
-        first_seed = jax.tree.map(lambda x: x[0], state)
-        self.agent_state = first_seed.agent_state
-        self._statistics = setup.source.observations(first_seed.source_state)
-        self._key = jax.random.PRNGKey(0)
-        self._batch = None
-        agent, pipeline = setup.agent, setup.source.pipeline
-
-        def step(agent_state, observations, carry, raw, key, temperature):
-            observations, timestep = pipeline.apply(observations, raw, update_stats=False)
-            action, carry = agent.policy(agent_state, timestep, carry, key, temperature)
-            return action, carry, observations
-
-        self._step = jax.jit(step)
-
-    @property
-    def spec(self):
-        """The environment's EnvSpec (observation shape, action space)."""
-        return self.setup.source.pipeline.env_spec
-
-    def reset(self) -> None:
-        """Forgets the episodes under way: the next call starts new ones."""
-        self._batch = None
-
-    def __call__(self, observation, temperature: float | None = None):
-        observation = np.asarray(observation, np.float32)
-        shape = self.spec.observation_shape
-        single = observation.shape == shape
-        batch = observation[None] if single else observation
-        if batch.shape[1:] != shape:
-            raise ValueError(
-                f"observation of shape {observation.shape} does not fit the run's "
-                f"{shape} (or [batch, *{shape}])"
-            )
-        size = batch.shape[0]
-        first = self._batch != size
-        if first:
-            pipeline = self.setup.source.pipeline
-            self._observations = pipeline.with_history_for(self._statistics, size)
-            self._carry = self.setup.agent.initial_carry(size)
-            self._batch = size
-        raw = TimeStep(
-            step_type=np.full(size, StepType.FIRST if first else StepType.MID, np.int32),
-            reward=np.zeros(size, np.float32),
-            discount=np.ones(size, np.float32),
-            observation=batch,
-        )
-        self._key, key = jax.random.split(self._key)
-        temperature = self.temperature if temperature is None else temperature
-        action, self._carry, self._observations = self._step(
-            self.agent_state, self._observations, self._carry, raw, key, float(temperature)
-        )
-        action = np.asarray(action)
-        return action[0] if single else action
-
-
-def load(run_dir: str, best: bool = False, temperature: float = 0.0) -> Policy:
-    """The policy of ``run_dir``'s latest checkpoint (``best``: of its best greedy
-    evaluation), acting at ``temperature`` (0: greedy)."""
-    if not 0 <= temperature < float("inf"):
-        raise ConfigError(f"temperature must be finite and >= 0, got {temperature}")
-    setup, _, state, checkpoint = load_run(run_dir, best)
-    return Policy(setup, state, checkpoint, temperature)

@@ -52,13 +52,14 @@ def record(
     import imageio.v2 as imageio
 
     from heron import api
+    from heron import policy as policies
 
     suffix = os.path.splitext(out)[1].lower()
     if suffix not in FORMATS:
         raise VideoError(f"video {out!r}: unknown format {suffix or '(none)'}; use .gif or .mp4")
     env_id = api.load_config(run_dir)[2].env
     name = render_id(env_id)
-    policy = api.load(run_dir, best=best, temperature=temperature)
+    policy = policies.load(run_dir, best=best, temperature=temperature)
     env = gymnasium.make(name, render_mode="rgb_array")
     frames, returns = [], []
     try:

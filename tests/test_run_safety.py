@@ -16,6 +16,7 @@ from conftest import copy_run, users_compile
 from small_ppo import PPO, build
 
 from heron import api
+from heron import policy as heron_policy
 from heron.agents import NetworkConfig
 from heron.configs import ConfigError
 from heron.training import checkpoints, rundir
@@ -140,7 +141,7 @@ def test_the_best_evaluation_keeps_its_own_checkpoint(small_ppo_run):
     assert checkpoints.all_steps(run_dir, checkpoints.BEST) == [best_step // 64]
     evaluation = api.evaluate_run(run_dir, episodes=2, temperature=0.0, best=True)
     assert evaluation["checkpoint"] == best_step // 64 and evaluation["best"] is True
-    policy = api.load(run_dir, best=True)
+    policy = heron_policy.load(run_dir, best=True)
     assert policy.checkpoint == best_step // 64
 
 
@@ -167,7 +168,7 @@ def test_the_python_policy_acts_on_raw_observations(tmp_path):
     run_dir = str(tmp_path / "run")
     run = small_ppo.run(steps=512, normalize_observations=True, len_history_for_policy=2)
     api.train(build("ppo", PPO, run), run_dir)
-    policy = api.load(run_dir)
+    policy = heron_policy.load(run_dir)
     observation = np.zeros(4, np.float32)
     assert policy(observation) in (0, 1)
     assert policy(np.zeros((3, 4))).shape == (3,)

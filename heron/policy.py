@@ -1,0 +1,93 @@
+"""A trained run's policy from Python, acting on raw observations:
+
+policy = heron.load("runs/cartpole")           # the latest checkpoint (best=True: best)
+action = policy(observation)
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from heron.api import load_run
+from heron.configs import ConfigError
+from heron.training.driver import Setup
+from heron.types import StepType, TimeStep
+
+
+class Policy:
+    """A trained run's policy, acting on raw observations as its environment gives them:
+
+        policy = heron.load("runs/cartpole")           # the latest checkpoint (best=True: best)
+        action = policy(observation)                   # [*obs] -> action, or [B, *obs] -> [B, ...]
+        policy.reset()                                 # before new episodes (recurrent, history)
+
+    Observations go through the run's pipeline (normalisation with the statistics it
+    learnt, history stacking); the first call after ``reset`` starts the episodes. Acting is
+    greedy unless a ``temperature`` is given (here or per call). Several seeds: the first's.
+    """
+
+    def __init__(self, setup: Setup, state, checkpoint: int, temperature: float = 0.0):
+        self.setup, self.checkpoint, self.temperature = setup, checkpoint, temperature
+        first_seed = jax.tree.map(lambda x: x[0], state)
+        self.agent_state = first_seed.agent_state
+        self._statistics = setup.source.observations(first_seed.source_state)
+        self._key = jax.random.PRNGKey(0)
+        self._batch = None
+        agent, pipeline = setup.agent, setup.source.pipeline
+
+        def step(agent_state, observations, carry, raw, key, temperature):
+            observations, timestep = pipeline.apply(observations, raw, update_stats=False)
+            action, carry = agent.policy(agent_state, timestep, carry, key, temperature)
+            return action, carry, observations
+
+        self._step = jax.jit(step)
+
+    @property
+    def spec(self):
+        """The environment's EnvSpec (observation shape, action space)."""
+        return self.setup.source.pipeline.env_spec
+
+    def reset(self) -> None:
+        """Forgets the episodes under way: the next call starts new ones."""
+        self._batch = None
+
+    def __call__(self, observation, temperature: float | None = None):
+        observation = np.asarray(observation, np.float32)
+        shape = self.spec.observation_shape
+        single = observation.shape == shape
+        batch = observation[None] if single else observation
+        if batch.shape[1:] != shape:
+            raise ValueError(
+                f"observation of shape {observation.shape} does not fit the run's "
+                f"{shape} (or [batch, *{shape}])"
+            )
+        size = batch.shape[0]
+        first = self._batch != size
+        if first:
+            pipeline = self.setup.source.pipeline
+            self._observations = pipeline.with_history_for(self._statistics, size)
+            self._carry = self.setup.agent.initial_carry(size)
+            self._batch = size
+        raw = TimeStep(
+            step_type=np.full(size, StepType.FIRST if first else StepType.MID, np.int32),
+            reward=np.zeros(size, np.float32),
+            discount=np.ones(size, np.float32),
+            observation=batch,
+        )
+        self._key, key = jax.random.split(self._key)
+        temperature = self.temperature if temperature is None else temperature
+        action, self._carry, self._observations = self._step(
+            self.agent_state, self._observations, self._carry, raw, key, float(temperature)
+        )
+        action = np.asarray(action)
+        return action[0] if single else action
+
+
+def load(run_dir: str, best: bool = False, temperature: float = 0.0) -> Policy:
+    """The policy of ``run_dir``'s latest checkpoint (``best``: of its best greedy
+    evaluation), acting at ``temperature`` (0: greedy)."""
+    if not 0 <= temperature < float("inf"):
+        raise ConfigError(f"temperature must be finite and >= 0, got {temperature}")
+    setup, _, state, checkpoint = load_run(run_dir, best)
+    return Policy(setup, state, checkpoint, temperature)
