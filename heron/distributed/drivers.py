@@ -119,6 +119,7 @@ class AsyncDriver:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stops the pump (waiting for it at most 30 s)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
