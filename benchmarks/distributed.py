@@ -68,7 +68,7 @@ def actor_only(args, actors: int, agent_state, rounds: int) -> float:
     import ray
 
     setup = _setup(args, actors)
-    spec = setup.source.pool.spec
+    spec = setup.source.pool.actors.spec
     remote = ray.remote(Worker).options(num_cpus=1)
     workers = [remote.remote(spec) for _ in range(actors)]
     params = ray.put(agent_state)

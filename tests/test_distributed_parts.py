@@ -8,11 +8,16 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heron.distributed.source import actor_keys, join_episodes, merge_stats
+from heron.distributed.source import (
+    ActorSteps,
+    actor_keys,
+    add_actor_steps,
+    join_episodes,
+    merge_stats,
+)
 from heron.envs.wrappers import RunningStats
 from heron.replay import CycleOneTimeReplay
-from heron.training.program import add_steps, one_lane_step
-from heron.training.sources import ActorSteps, EpisodeStats
+from heron.training.sources import EpisodeStats, Source
 from heron.types import StepType, TimeStep
 
 
@@ -90,8 +95,8 @@ def test_actor_steps_enter_the_replay_as_one_add_per_actor_in_order():
                                 learn_queue_cap=2)  # fmt: skip
     steps = {"x": jnp.arange(2 * 2 * 2, dtype=jnp.float32).reshape(2, 2, 2)}  # [U, n, T]
     actors = jnp.array([2, 0], jnp.int32)
-    state = replay.init(one_lane_step(ActorSteps(steps, actors)))
-    ours = jax.jit(lambda s: add_steps(replay, s, ActorSteps(steps, actors)))(state)
+    state = replay.init(jax.tree.map(lambda x: x[0][:, 0], steps))
+    ours = jax.jit(lambda s: add_actor_steps(replay, s, ActorSteps(steps, actors)))(state)
     reference = state
     for u, actor in enumerate([2, 0]):  # the plain loop
         reference = replay.add(reference, {"x": steps["x"][u]}, actor)
@@ -107,8 +112,8 @@ def test_plain_steps_enter_the_replay_as_one_add():
     replay = CycleOneTimeReplay(num_actors=1, envs_per_actor=2, unroll_length=2,
                                 learn_queue_cap=1)  # fmt: skip
     steps = {"x": jnp.ones((2, 2))}
-    state = replay.init(one_lane_step(steps))
-    ours = add_steps(replay, state, steps)
+    state = replay.init(jax.tree.map(lambda x: x[:, 0], steps))
+    ours = Source.add(None, replay, state, steps)  # the protocol's own: one add of every lane
     reference = replay.add(state, steps)
     for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(reference), strict=True):
         assert (a == b).all()

@@ -15,6 +15,7 @@ import pytest
 import ray
 
 from heron import envs
+from heron.distributed import actors as actors_module
 from heron.distributed import pool as pool_module
 from heron.distributed.source import ActorSteps, add_actor_steps
 from heron.envs.wrappers import ObservationPipeline
@@ -121,6 +122,7 @@ def test_an_unroll_dropped_for_policy_lag_still_leads_the_actors_next_one(monkey
     dist = DistConfig(driver="async", learn_queue_cap=1, max_policy_lag=1)
     spec = types.SimpleNamespace(envs_per_actor=1, env="custom_envs:counter_pair")
     pool = pool_module.ActorPool(spec, 1, dist, None, True)
+    driver, actors = pool.driver, pool.actors
 
     def snapshot(last_clock):
         pending = {"clock": np.full((1,), last_clock, np.int32)}
@@ -128,7 +130,7 @@ def test_an_unroll_dropped_for_policy_lag_still_leads_the_actors_next_one(monkey
 
     def unroll_of(first_clock, version):
         steps = {"clock": np.arange(first_clock, first_clock + length, dtype=np.int32)[None]}
-        return pool_module.Unroll(steps, snapshot(first_clock + length - 1), version, 0.0, False)
+        return actors_module.Unroll(steps, snapshot(first_clock + length - 1), version, 0.0, False)
 
     arriving = []  # what the actor finishes next, moved to its outbox when the pool waits
 
@@ -136,16 +138,16 @@ def test_an_unroll_dropped_for_policy_lag_still_leads_the_actors_next_one(monkey
         def wait(self, timeout=None):
             assert arriving, "the pool waited for an unroll the test never made"
             request, unroll = arriving.pop(0)
-            pool.outbox[0] = (request, unroll, request.index)
+            driver.outbox[0] = (request, unroll, request.index)
 
-    pool._cond = Arrivals()
-    pool.latest = pool.consumed = [snapshot(0)]
+    driver._cond = Arrivals()
+    actors.latest = actors.consumed = [snapshot(0)]
     replay = CycleOneTimeReplay(1, 1, length, 1)
     replay_state = replay.start(replay.init({"clock": jnp.zeros((1,), jnp.int32)}),
                                 {"clock": jnp.zeros((1, 1), jnp.int32)})  # fmt: skip
     made = [(1, 0), (4, 0), (7, 5), (10, 5)]  # (first clock, version that acted)
     requests = [
-        (pool_module._Request(0, i, np.zeros(2, np.uint32), v, None), unroll_of(c, v))
+        (actors_module.Request(0, i, np.zeros(2, np.uint32), v, None), unroll_of(c, v))
         for i, (c, v) in enumerate(made)
     ]
     windows = []
@@ -153,14 +155,14 @@ def test_an_unroll_dropped_for_policy_lag_still_leads_the_actors_next_one(monkey
     for learner_version, count in ((0, 1), (5, 2), (6, 1)):
         arriving.extend(requests[:count])
         del requests[:count]
-        pool.outbox, pool.inflight = [None], [None]
-        taken = pool._collect_async(None, learner_version)
+        driver.outbox, driver.inflight = [None], [None]
+        taken = driver.collect(None, learner_version)
         steps = jax.tree.map(jnp.asarray, ActorSteps(taken.steps, taken.actors, taken.leads))
         replay_state = add_actor_steps(replay, replay_state, steps)
         batch, replay_state = replay.sample(replay_state, None)
         windows.append(np.asarray(batch["clock"])[0].tolist())
     assert windows == [[0, 1, 2, 3], [6, 7, 8, 9], [9, 10, 11, 12]]
-    assert int(pool.counters[pool_module.DROPPED]) == 1 and int(replay_state.refused) == 0
+    assert int(actors.counters[actors_module.DROPPED]) == 1 and int(replay_state.refused) == 0
 
 
 def test_observers_see_every_collected_step_once_in_order_and_log_what_they_return(tmp_path):

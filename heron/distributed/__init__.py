@@ -3,12 +3,15 @@
     heron train ppo --actors 4                        # a local Ray instance on 127.0.0.1
     heron train ppo --actors 8 --ray-address HOST:6379 --dist.driver async
 
-``heron.api.build`` makes a ``RaySource`` (``source.py``) when ``RunConfig.actors > 0``: the
-same driver, agents and replayers, with experience collected by Ray actor processes
-(``worker.py``) that the learner's ``ActorPool`` (``pool.py``) starts, feeds with parameters,
-waits for, and restores after failures. With ``dist.learner_gpus`` the learner itself runs
-in a Ray actor with GPUs (``learner.py``). Nothing here is imported by a run without actors,
-and Ray itself only when a run starts (``cluster.py``).
+A run that asks for actors (``RunConfig.actors > 0``) gets the ``actors`` source of
+``heron.sources`` (``options.py``: its options and their checks): a ``RaySource``
+(``source.py``) feeding the same driver, agents and replayers, with experience collected by
+Ray actor processes (``worker.py``) that the learner's ``ActorPool`` (``pool.py``: the actors
+and their faults in ``actors.py``, the synchronous and asynchronous drivers in
+``drivers.py``) starts, feeds with parameters, waits for, and restores after failures. With
+``dist.learner_gpus`` the learner itself runs in a Ray actor with GPUs (``learner.py``).
+Every run imports ``options.py``; the rest loads when a run asks for actors, and Ray itself
+only when it starts (``cluster.py``).
 """
 
 from __future__ import annotations

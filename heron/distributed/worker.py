@@ -6,7 +6,7 @@ executed), the agent's recurrent carry and the episode statistics. It acts with 
 own ``act``, compiled once in the actor. Every unroll returns a snapshot of that state (numpy),
 from which the driver restores the actor after a failure or a resume.
 
-This module imports no Ray: ``heron.distributed.pool`` wraps ``Worker`` in ``ray.remote``.
+This module imports no Ray: ``heron.distributed.actors`` wraps ``Worker`` in ``ray.remote``.
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ class Source(abc.ABC):
     defaults of a source that steps its own environments in this process.
 
     ``steps`` are [lanes, T] (every lane's new steps), or what the source's ``add`` and
-    ``lanes_of`` read (several actors' unrolls, ``ActorSteps``).
+    ``lanes_of`` read (several actors' unrolls: ``heron.distributed.source.ActorSteps``).
     """
 
     lanes: int  # the replay's environments (lanes of steps)
