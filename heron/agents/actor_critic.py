@@ -14,6 +14,7 @@ import dataclasses
 import math
 from typing import Any, NamedTuple
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
@@ -204,10 +205,20 @@ class ActorCritic:
         )
 
 
-def networks(spec: EnvSpec, config: NetworkConfig, num_critics: int | None) -> ActorCritic:
-    """The tanh-Gaussian policy (state-dependent std) and scalar critics of ``config``'s
-    shape: ``num_critics`` stacked, or one (None)."""
+def policy_and_critic(
+    spec: EnvSpec, config: NetworkConfig, critic_head: nn.Module
+) -> tuple[Network, Network]:
+    """A policy of ``config``'s shape on flat observations (``PolicyHead``, state-dependent
+    std) and a critic of that shape ending in ``critic_head`` on flat observations beside
+    encoded actions."""
     observation_size = math.prod(spec.observation_shape)
     policy = make_network(config, PolicyHead(spec.action, std="state"), observation_size)
-    critic = make_network(config, DenseHead((), None), observation_size + action_size(spec.action))
+    critic = make_network(config, critic_head, observation_size + action_size(spec.action))
+    return policy, critic
+
+
+def networks(spec: EnvSpec, config: NetworkConfig, num_critics: int | None) -> ActorCritic:
+    """The tanh-Gaussian policy and scalar critics of ``config``'s shape: ``num_critics``
+    stacked, or one (None)."""
+    policy, critic = policy_and_critic(spec, config, DenseHead((), None))
     return ActorCritic(spec, policy, Critics(critic, spec.action, num_critics))
