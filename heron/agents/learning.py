@@ -1,6 +1,7 @@
 """How agents learn, in small composable pieces (rejax's ``train_iteration``, ALF's
 ``_train``): cut experience into training sequences, run epochs of shuffled mini-batches,
-sample from a replay, split an update over devices.
+sample from a replay, split an update over devices, step an optimiser by the scheduled
+learning rate, move target networks, start sequences from the recorded recurrent state.
 
 Batches are batch-major [B, T, ...] in the replay and time-major [L, M, ...] inside an
 agent's ``update(state, batch, key) -> (state, metrics)``.
