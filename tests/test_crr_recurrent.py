@@ -45,6 +45,13 @@ def _with_rollout_states(agent, batch, offset=0.5):
     return batch._replace(extras={ROLLOUT_STATE: stored})
 
 
+def _targets_of(config):
+    """``targets(state, batch [L, M], key) -> [L-1, M, atoms]``: the TD targets ``update``
+    computes from the same arguments."""
+    networks = crr.networks(BOX, config)
+    return jax.jit(lambda *args: crr.next_step_targets(networks, config, *args))
+
+
 @pytest.mark.parametrize("core", ["lstm", "gru"])
 @pytest.mark.parametrize("use_rollout_state", [False, True])
 def test_recurrent_update(core, use_rollout_state):
@@ -70,7 +77,7 @@ def test_recurrent_update(core, use_rollout_state):
 def test_target_networks_skip_observation_zero():
     config = CRRConfig(**RECURRENT)
     agent = compiled.make("crr", BOX, config)
-    targets = jax.jit(crr.make_target_probs(BOX, config))
+    targets = _targets_of(config)
     state = _state(agent)
     batch = _sequences(BOX, length=4)
     changed = batch._replace(observation=batch.observation.at[0].add(3.0))
@@ -85,7 +92,7 @@ def test_targets_start_from_the_state_recorded_before_step_one():
     the state recorded before step 1 (not the one before step 0: no one-step gap)."""
     config = CRRConfig(**RECURRENT, use_rollout_state=True)
     agent = compiled.make("crr", BOX, config)
-    targets = jax.jit(crr.make_target_probs(BOX, config))
+    targets = _targets_of(config)
     state, key = _state(agent), jax.random.PRNGKey(3)
     batch = _with_rollout_states(agent, _sequences(BOX, length=4))
     recorded = batch.extras[ROLLOUT_STATE]
@@ -112,7 +119,8 @@ def test_acting_carries_the_states_of_the_action_taken():
         action, new_carry, _ = agent.act(state, timestep, carry, jax.random.PRNGKey(3))
         assert action.shape == (6, 1) and bool(jnp.all(jnp.abs(action) <= 2.0))
         first = step_type == StepType.FIRST
-        policy, critic = crr.networks(BOX, config)
+        networks = crr.networks(BOX, config)
+        policy, critic = networks.policy, networks.critic.network
         critic_input = jnp.concatenate([observation, from_box(BOX.action, action)], -1)
         expected_critic, _ = critic.step(state.critic_params, carry["critic"], critic_input, first)
         np.testing.assert_allclose(new_carry["critic"], expected_critic, atol=1e-5)

@@ -98,15 +98,6 @@ def test_n_step_return_bootstraps_from_a_truncated_step():
     assert float(targets[1]) == pytest.approx(2.0 + 0.5 * 20.0)
 
 
-def test_target_updates_hard_and_polyak():
-    online, target = {"w": jnp.array(4.0)}, {"w": jnp.array(0.0)}
-    for step, expected in ((1, 0.0), (2, 4.0)):  # hard copies every 2 updates
-        moved = dqn.target_update(online, target, jnp.array(step), 2, 1.0)
-        assert float(moved["w"]) == expected
-    moved = dqn.target_update(online, target, jnp.array(3), 1, 0.25)  # Polyak, every update
-    assert float(moved["w"]) == pytest.approx(1.0)
-
-
 # --------------------------------------------------------------------------- acting
 
 

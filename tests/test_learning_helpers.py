@@ -1,14 +1,17 @@
 """The learning helpers agents compose: sequences cut from batches, epochs of shuffled
 mini-batches with an early stop, the off-policy learn, and the data-parallel split."""
 
+import math
 import types
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from heron.agents import learning
+from heron.agents.base import MissingExtrasError
 from heron.configs import ConfigError
 from heron.replay import OneTimeReplay, UniformReplay
 
@@ -109,3 +112,102 @@ def test_tiling_and_device_split_are_checked_with_the_field_names():
         learning.data_parallel(lambda *a: a, [None, None, None], "ppo", 4)
     update = object()
     assert learning.data_parallel(update, jax.devices()[:1], "ppo", 4) is update
+
+
+# --------------------------------------------------------------------------- targets
+
+
+def _online_after_each_update(count):
+    keys = jax.random.split(jax.random.PRNGKey(0), count)
+    return [{"w": jax.random.normal(k, (3,)), "b": jax.random.normal(k, ())} for k in keys]
+
+
+@pytest.mark.parametrize("tau", [1.0, 0.5, 0.005])
+@pytest.mark.parametrize("period", [1, 2, 3])
+@pytest.mark.parametrize("with_this_update", [True, False])
+def test_target_update_follows_a_plain_loop(tau, period, with_this_update):
+    """Polyak steps (a copy at tau 1) after updates P, 2P, ... when ``updates`` counts this
+    update, after updates 1, P + 1, ... (Acme's CRR) when it does not."""
+    onlines = _online_after_each_update(7)
+    target = expected = {"w": jnp.zeros(3), "b": jnp.zeros(())}
+    update = jax.jit(learning.target_update, static_argnums=(3, 4))
+    for done, online in enumerate(onlines, start=1):
+        count = done if with_this_update else done - 1
+        target = update(online, target, jnp.asarray(count, jnp.int32), period, tau)
+        if count % period == 0:
+            expected = jax.tree.map(
+                lambda o, t: np.asarray(o) if tau == 1.0 else tau * np.asarray(o) + (1 - tau) * t,
+                online,
+                expected,
+            )
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), target, expected)
+
+
+@pytest.mark.parametrize("tau", [1.0, 0.25])
+@pytest.mark.parametrize("period", [1, 3])
+def test_target_update_is_bit_for_bit_the_idioms_it_replaced(tau, period):
+    """CRR's and SVG0's ``optax.periodic_update`` (tau 1), DQN's Polyak-or-copy every P and
+    SAC's Polyak every P (``jnp.where``), as the agents wrote them. At tau 1 SAC computed
+    ``1 * online + 0 * target``: the copy, for finite targets and online values other than
+    -0.0 (which optimiser steps from zero-initialised or random parameters do not make)."""
+
+    def dqn(online, target, count):
+        moved = optax.incremental_update(online, target, tau) if tau < 1.0 else online
+        return optax.periodic_update(moved, target, count, period)
+
+    def sac(online, target, count):
+        polyak = optax.incremental_update(online, target, tau)
+        if period == 1:
+            return polyak
+        due = count % period == 0
+        return jax.tree.map(lambda new, old: jnp.where(due, new, old), polyak, target)
+
+    def copies(online, target, count):
+        return optax.periodic_update(online, target, count, period)
+
+    idioms = {"dqn": dqn, "sac": sac} if tau < 1.0 else {"dqn": dqn, "sac": sac, "copies": copies}
+    for name, idiom in idioms.items():
+        target = old = {"w": jnp.zeros(3), "b": jnp.zeros(())}
+        for count, online in enumerate(_online_after_each_update(7), start=1):
+            count = jnp.asarray(count, jnp.int32)
+            target = jax.jit(learning.target_update, static_argnums=(3, 4))(
+                online, target, count, period, tau
+            )
+            old = jax.jit(idiom)(online, old, count)
+            leaves = zip(jax.tree.leaves(target), jax.tree.leaves(old), strict=True)
+            for new_leaf, old_leaf in leaves:
+                np.testing.assert_array_equal(new_leaf, old_leaf, err_msg=name)
+
+
+# --------------------------------------------------------------------------- optimiser
+
+
+def test_optimizer_clips_then_takes_the_direction_then_descends_by_the_rate():
+    params, grads = {"w": jnp.array([1.0, -2.0])}, {"w": jnp.array([30.0, 40.0])}
+    for max_grad_norm, clip in ((1.0, [optax.clip_by_global_norm(1.0)]), (math.inf, [])):
+        config = types.SimpleNamespace(max_grad_norm=max_grad_norm, optimizer="adam")
+        optimizer = learning.optimizer(config, eps=1e-5)
+        new, _ = optimizer.step(grads, optimizer.init(params), params, 0.1)
+        reference = optax.chain(*clip, optax.scale_by_adam(eps=1e-5))
+        updates, _ = reference.update(grads, reference.init(params), params)
+        np.testing.assert_array_equal(new["w"], params["w"] - 0.1 * updates["w"])
+        np.testing.assert_allclose(new["w"], [0.9, -2.1], rtol=1e-5)  # Adam's first step
+
+
+# --------------------------------------------------------------------------- rollout state
+
+
+def test_sequences_start_from_the_state_recorded_before_their_step():
+    config = types.SimpleNamespace(use_rollout_state=True)
+    recorded = jnp.arange(3 * 2 * 4.0).reshape(3, 2, 4)  # [L, M, core]
+    extras = learning.rollout_extras(config, recorded)
+    batch = types.SimpleNamespace(step_type=jnp.zeros((3, 2), jnp.int32), extras=extras)
+    np.testing.assert_array_equal(learning.start_state(config, "sac", batch, None, 1), recorded[1])
+    config.use_rollout_state = False
+    assert learning.rollout_extras(config, recorded) == {}
+    zeros = learning.start_state(config, "sac", batch, lambda m: jnp.zeros((m, 4)))
+    assert zeros.shape == (2, 4)
+    missing = types.SimpleNamespace(step_type=batch.step_type, extras={})
+    config.use_rollout_state = True
+    with pytest.raises(MissingExtrasError, match=r"sac needs extras\['rollout_state'\]"):
+        learning.start_state(config, "sac", missing, None)

@@ -4,6 +4,7 @@ resets, bad input, the CLI, and (slow) learning on Pendulum from its preset."""
 
 import dataclasses
 import json
+from typing import Any, NamedTuple
 
 import compiled
 import gymnasium
@@ -12,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from heron.agents import ConfigError, SACConfig, sac
+from heron.agents import ConfigError, SACConfig, actor_critic, learning, sac
 from heron.agents.base import ROLLOUT_STATE, ReplayConfig
 from heron.networks import NetworkConfig
 from heron.specs import EnvSpec, action_spec_from_space
@@ -57,9 +58,46 @@ def _recurrent(core):
     return dataclasses.replace(SMALL["network"], core=core, core_size=8)
 
 
+class Terms(NamedTuple):
+    """What one update computes from a batch; [T, B] unless noted."""
+
+    alpha: Any  # []
+    mask: Any
+    next_q: Any  # the target critics at (s_{t+1}, a') [2, T, B]
+    next_log_prob: Any  # log pi(a'|s_{t+1})
+    target: Any  # the soft TD targets
+    online_q: Any  # the critics at the taken actions [2, T, B]
+    log_prob: Any  # log pi(a|s_t) of the policy's samples at steps 0..T-1
+
+
+def _terms_of(spec, config):
+    """``terms(state, batch [S, B], key) -> Terms``: what ``update`` computes from the same
+    arguments, from sac's loss functions."""
+    networks = sac.networks(spec, config)
+    hyper = learning.Hyperparameters(config, ("discount",))
+
+    def terms(state, batch, key):
+        inputs = sac.inputs_of(networks, config, batch)
+        gamma = hyper("discount", state.update_step, state.controls)
+        actions, log_probs = sac.policy_samples(networks, state.policy_params, inputs, key)
+        target, next_q = sac.targets(networks, state, inputs, actions[1:], log_probs[1:], gamma)
+        _, online_q = sac.critic_loss(state.critic_params, networks, inputs, target)
+        return Terms(
+            alpha=jnp.exp(state.log_alpha),
+            mask=inputs.mask,
+            next_q=next_q,
+            next_log_prob=log_probs[1:],
+            target=target,
+            online_q=online_q,
+            log_prob=log_probs[:-1],
+        )
+
+    return terms
+
+
 def _agent(spec=BOX, **overrides):
     config = SACConfig(**{**SMALL, **overrides})
-    return compiled.make("sac", spec, config), sac.make_terms(spec, config), config
+    return compiled.make("sac", spec, config), _terms_of(spec, config), config
 
 
 # ----------------------------------------------------------------- loss pieces by hand
@@ -131,9 +169,9 @@ def test_act_samples_in_the_box_and_temperature_zero_is_the_mean_action():
     action, carry, extras = agent.act(state, timestep, carry, jax.random.PRNGKey(2))
     assert action.shape == (2048, 1) and jax.tree.leaves(carry) == []
     assert float(action.min()) >= -2.0 and float(action.max()) <= 2.0
-    policy, _ = sac.networks(BOX, agent.config)
+    policy = sac.networks(BOX, agent.config).policy
     head = policy.step(state.policy_params, (), observation, timestep.is_first())[1]
-    expected = sac.tanh_gaussian(head).log_prob(action / 2.0)
+    expected = actor_critic.tanh_gaussian(head).log_prob(action / 2.0)
     np.testing.assert_allclose(extras["log_prob"], expected, rtol=1e-4, atol=1e-4)
     assert float(jnp.std(action)) > 0.3  # the initial policy explores
     greedy, _ = agent.policy(state, timestep, agent.initial_carry(2048), jax.random.key(3), 0.0)
@@ -158,14 +196,14 @@ def test_update_wires_the_twin_target_the_masks_and_the_critic_loss():
     mask[2, 0] = 0.0  # the transition out of LAST step 2 into FIRST step 3
     np.testing.assert_array_equal(terms.mask, mask)
     assert float(terms.alpha) == pytest.approx(0.7)
-    _, critic = sac.networks(BOX, config)
+    critic = sac.networks(BOX, config).critics.network
     first = batch.step_type == StepType.FIRST
     # The target critics at the policy's sampled next actions, recomputed by hand.
-    policy, _ = sac.networks(BOX, config)
+    policy = sac.networks(BOX, config).policy
     head = policy.step(state.policy_params, (), batch.observation, first)[1]
     keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(BATCH))
     sample = jax.vmap(
-        lambda h, k: sac.tanh_gaussian(h).sample_and_log_prob(k, sample_shape=(1,)),
+        lambda h, k: actor_critic.tanh_gaussian(h).sample_and_log_prob(k, sample_shape=(1,)),
         in_axes=(1, 0),
         out_axes=(2, 2),
     )

@@ -3,6 +3,7 @@ prior's terms, recurrent resets, bad input, the CLI, and (slow) learning on Pend
 
 import dataclasses
 import json
+from typing import Any, NamedTuple
 
 import chex
 import compiled
@@ -12,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from heron.agents import ConfigError, SVG0Config, svg0
+from heron.agents import ConfigError, SVG0Config, actor_critic, learning, svg0
 from heron.agents.base import ROLLOUT_STATE, ReplayConfig
 from heron.networks import NetworkConfig
 from heron.specs import EnvSpec, action_spec_from_space
@@ -55,9 +56,39 @@ def _recurrent(core):
     return dataclasses.replace(SMALL["network"], core=core, core_size=8)
 
 
+class Terms(NamedTuple):
+    """What one update computes from a batch; [T, B] unless noted."""
+
+    log_rhos: Any
+    mask: Any
+    target_q: Any  # target critic at the taken actions [T+1, B]
+    target_v: Any  # target V, KL-penalised with a prior, [T+1, B]
+    kl_to_target_prior: Any  # KL(pi_online || prior_target) [T+1, B] (0 without a prior)
+    retrace_qs: Any
+    online_q: Any
+
+
+def _terms_of(spec, config):
+    """``terms(state, batch [S, B], key) -> Terms``: what ``update`` computes from the same
+    arguments, from svg0's loss functions."""
+    networks = svg0.networks(spec, config)
+    hyper = learning.Hyperparameters(config, ("discount",))
+
+    def terms(state, batch, key):
+        inputs = svg0.inputs_of(networks, config, batch)
+        target_key, _ = jax.random.split(key)
+        gamma = hyper("discount", state.update_step, state.controls)
+        behaviour = batch.extras["log_prob"]
+        found, _ = svg0.targets(networks, config, state, inputs, behaviour, target_key, gamma)
+        _, online_q = svg0.critic_loss(state.critic_params, networks, inputs, found.retrace_qs)
+        return Terms(mask=inputs.mask, online_q=online_q, **found._asdict())
+
+    return terms
+
+
 def _agent(spec=BOX, **overrides):
     config = SVG0Config(**{**SMALL, **overrides})
-    return compiled.make("svg0", spec, config), svg0.make_terms(spec, config), config
+    return compiled.make("svg0", spec, config), _terms_of(spec, config), config
 
 
 # ----------------------------------------------------------------- loss pieces by hand
@@ -75,7 +106,7 @@ def test_importance_weights_are_masked_at_restarts():
 
 def test_restart_masks_over_a_batch():
     first = jnp.array([[True, False], [False, False], [True, False], [False, True]])
-    np.testing.assert_array_equal(svg0.restart_masks(first), [[1, 1], [0, 1], [1, 0]])
+    np.testing.assert_array_equal(learning.restart_masks(first), [[1, 1], [0, 1], [1, 0]])
 
 
 def test_critic_and_policy_losses_by_hand():
@@ -98,9 +129,9 @@ def test_gaussian_kl_is_the_closed_form_and_zero_for_equal_policies():
     q = {"mean": jnp.array([[0.0, 0.0]]), "log_std": jnp.array([[np.log(2.0), 0.0]])}
     mp, sp, mq, sq = np.array([0.3, -1.0]), np.array([1.0, 0.5]), np.zeros(2), np.array([2.0, 1])
     closed = np.sum(np.log(sq / sp) + (sp**2 + (mp - mq) ** 2) / (2 * sq**2) - 0.5)
-    kl = svg0.tanh_gaussian(p).kl(svg0.tanh_gaussian(q))
+    kl = actor_critic.tanh_gaussian(p).kl(actor_critic.tanh_gaussian(q))
     np.testing.assert_allclose(kl, [closed], rtol=1e-5)
-    assert float(svg0.tanh_gaussian(p).kl(svg0.tanh_gaussian(p))[0]) == 0.0
+    assert float(actor_critic.tanh_gaussian(p).kl(actor_critic.tanh_gaussian(p))[0]) == 0.0
 
 
 def test_retrace_targets_batch_the_op_over_sequences():
@@ -146,10 +177,10 @@ def test_act_records_the_behaviour_log_prob_of_the_action_taken():
     action, carry, extras = agent.act(state, timestep, carry, jax.random.PRNGKey(2))
     assert action.shape == (4096, 1) and jax.tree.leaves(carry) == []
     assert float(action.min()) >= -2.0 and float(action.max()) <= 2.0
-    policy, _ = svg0.networks(BOX, agent.config)
+    policy = svg0.networks(BOX, agent.config).policy
     dist_params = policy.step(state.policy_params, (), observation, timestep.is_first())[1]
     behaviour = svg0.with_exploration_noise(dist_params, 0.5)
-    expected = svg0.tanh_gaussian(behaviour).log_prob(action / 2.0)
+    expected = actor_critic.tanh_gaussian(behaviour).log_prob(action / 2.0)
     np.testing.assert_allclose(extras["log_prob"], expected, rtol=1e-4, atol=1e-4)
     # The initial policy has std 1: with the noise the pre-tanh std is sqrt(1 + 0.25).
     pre_tanh = np.arctanh(np.clip(np.asarray(action[:, 0]) / 2.0, -0.999999, 0.999999))
@@ -171,10 +202,11 @@ def test_update_wires_retrace_masks_and_the_critic_loss():
     mask[2, 0] = 0.0  # the transition out of LAST step 2 into FIRST step 3
     np.testing.assert_array_equal(terms.mask, mask)
     # log rho from the target policy's log-probability of the actions taken
-    policy, critic = svg0.networks(BOX, config)
+    networks = svg0.networks(BOX, config)
+    policy, critic = networks.policy, networks.critics.network
     first = batch.step_type == StepType.FIRST
     target = policy.step(state.target_policy_params, (), batch.observation, first)[1]
-    target_log_prob = svg0.tanh_gaussian(target).log_prob(batch.action / 2.0)
+    target_log_prob = actor_critic.tanh_gaussian(target).log_prob(batch.action / 2.0)
     rho = np.exp(target_log_prob - batch.extras["log_prob"])[:-1] * mask
     np.testing.assert_allclose(terms.log_rhos, np.log(rho + 1e-20), rtol=1e-5, atol=1e-5)
     # Retrace from the rewards and discounts of steps 1..T, gamma 0.9, lambda 0.8
@@ -263,7 +295,7 @@ def test_prior_terms_enter_the_value_targets_and_the_policy_loss():
     )
     plain_state = base.init(jax.random.PRNGKey(0))
     terms = terms_of(state, batch, key)
-    plain = svg0.make_terms(BOX, base.config)(plain_state, batch, key)
+    plain = _terms_of(BOX, base.config)(plain_state, batch, key)
     kl = np.asarray(terms.kl_to_target_prior)
     np.testing.assert_allclose(terms.target_v, plain.target_v - 0.5 * kl, rtol=1e-5, atol=1e-6)
     _, metrics = agent.update(state, batch, key)

@@ -20,23 +20,20 @@ The critic's state advances on the actions taken.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from heron import ops, parallel
-from heron.agents import boltzmann, learning
-from heron.agents.actions import action_size, encode_action, from_box, tile, to_box
+from heron.agents import actor_critic, boltzmann, learning
+from heron.agents.actions import from_box, to_box
+from heron.agents.actor_critic import Critics
 from heron.agents.base import (
-    ROLLOUT_STATE,
     Agent,
     ReplayConfig,
     check_config,
     check_recurrence,
-    extra,
     warn_zero_start,
 )
 from heron.configs import ConfigError, check, choice, integer, number, registered, scheduled
@@ -44,10 +41,8 @@ from heron.networks import (
     DenseHead,
     Network,
     NetworkConfig,
-    PolicyHead,
     distributions,
     flat_observation,
-    make_network,
 )
 from heron.specs import EnvSpec
 from heron.types import StepType, TimeStep
@@ -161,17 +156,183 @@ class CRRState(NamedTuple):
     controls: Any = ()  # {hyperparameter: multiplier} a controller may change
 
 
-def networks(spec: EnvSpec, config: CRRConfig) -> tuple[Network, Network]:
-    """(policy, critic): the policy on flat observations; the categorical critic on flat
-    observations and encoded actions (``actions.encode_action``), logits [..., num_atoms]."""
-    observation_size = math.prod(spec.observation_shape)
-    policy = make_network(config.network, PolicyHead(spec.action, std="state"), observation_size)
-    critic = make_network(
-        config.network,
-        DenseHead((config.num_atoms,), 0.0),
-        observation_size + action_size(spec.action),
+class CRRNetworks(NamedTuple):
+    """The policy on flat observations and the categorical critic on flat observations
+    beside encoded actions (``actions.encode_action``), logits [..., num_atoms] over
+    ``atoms``."""
+
+    spec: EnvSpec
+    policy: Network
+    critic: Critics
+    atoms: jax.Array
+
+    def flat(self, observation):
+        return flat_observation(self.spec.observation_shape, observation)
+
+    def distribution(self, head_output):
+        return distributions.make(self.spec.action, head_output, squash=True)
+
+    def q_mean(self, logits):
+        return jnp.sum(jax.nn.softmax(logits) * self.atoms, axis=-1)
+
+    def initial_carry(self, batch_size: int) -> dict:
+        shape = (batch_size,)
+        return {
+            "policy": self.policy.initial_state(shape),
+            "critic": self.critic.initial_state(shape),
+        }
+
+
+def networks(spec: EnvSpec, config: CRRConfig) -> CRRNetworks:
+    policy, critic = actor_critic.policy_and_critic(
+        spec, config.network, DenseHead((config.num_atoms,), 0.0)
     )
-    return policy, critic
+    atoms = jnp.linspace(config.vmin, config.vmax, config.num_atoms)
+    return CRRNetworks(spec, policy, Critics(critic, spec.action), atoms)
+
+
+# --------------------------------------------------------------------------- the losses
+
+
+class Inputs(NamedTuple):
+    """Sequences [L, M] as the losses read them (L - 1 transitions each)."""
+
+    observation: Any  # [L, M, obs] flat
+    action: Any  # [L, M, ...] in [-1, 1] (Box) or indices
+    first: Any  # bool [L, M]
+    mask: Any  # [L-1, M]: 0 for the transitions out of a LAST step (resets)
+    reward: Any  # [L, M]
+    discount: Any  # [L, M]
+
+
+def inputs_of(networks: CRRNetworks, batch) -> Inputs:
+    return Inputs(
+        observation=networks.flat(batch.observation),
+        action=from_box(networks.spec.action, batch.action),
+        first=batch.step_type == StepType.FIRST,
+        mask=(batch.step_type[:-1] != StepType.LAST).astype(jnp.float32),
+        reward=batch.reward,
+        discount=batch.discount,
+    )
+
+
+def start_states(networks: CRRNetworks, config: CRRConfig, batch, t: int):
+    """Where the cores start when a window begins at step ``t``: the states recorded before
+    step t under use_rollout_state, else zeros."""
+    return learning.start_state(config, "crr", batch, networks.initial_carry, t)
+
+
+def samples(networks: CRRNetworks, head_output, key, count: int):
+    """``count`` samples at each step of sequences [T, M]: [count, T, M, ...]; each
+    sequence draws from its own key, the same however the M sequences are split over
+    devices."""
+    keys = parallel.example_keys(key, jax.tree.leaves(head_output)[0].shape[1])
+
+    def one_sequence(sequence_output, sequence_key):  # [T, ...] -> [count, T, ...]
+        dist = networks.distribution(sequence_output)
+        return jax.vmap(dist.sample)(jax.random.split(sequence_key, count))
+
+    return jax.vmap(one_sequence, in_axes=(1, 0), out_axes=2)(head_output, keys)
+
+
+def next_step_targets(networks: CRRNetworks, config: CRRConfig, state: CRRState, batch, key):
+    """The target distribution at each next step [L-1, M, atoms]: the target critic's
+    distributions of N target-policy actions, averaged in log space. The target
+    networks see steps 1..L-1, from the states recorded before step 1 (or zeros)."""
+    inputs = inputs_of(networks, batch)
+    observation, action, first = inputs.observation[1:], inputs.action[1:], inputs.first[1:]
+    start = start_states(networks, config, batch, 1)
+    next_head = networks.policy.unroll(
+        state.target_policy_params, start["policy"], observation, first
+    )[1]
+    next_actions = samples(networks, next_head, key, config.num_action_samples_td)
+    critic = networks.critic
+    next_states = critic.states(
+        state.target_critic_params, start["critic"], observation, action, first
+    )
+    logits = critic.candidates(
+        state.target_critic_params, next_states, observation, first, next_actions
+    )[1]  # [N, L-1, M, atoms]
+    log_probs = jax.vmap(ops.average_log_probs, in_axes=1)(
+        logits.reshape(logits.shape[0], -1, config.num_atoms)
+    )
+    return jnp.exp(log_probs).reshape(logits.shape[1:])
+
+
+def per_sequence(inputs: Inputs):
+    """(L - 1) / L: Acme sums the L-1 transitions' batch means and divides by the sequence
+    length L."""
+    length = inputs.first.shape[0]
+    return (length - 1) / length
+
+
+def critic_loss(
+    critic_params, networks: CRRNetworks, config: CRRConfig, batch, target_probs, gamma
+):
+    """Categorical TD towards ``target_probs`` [(L-1) M, atoms] at discount ``gamma``; aux:
+    the metrics. The critic sees the transitions' first steps 0..L-2."""
+    inputs = inputs_of(networks, batch)
+    start = start_states(networks, config, batch, 0)
+    logits = networks.critic.unroll(
+        critic_params,
+        start["critic"],
+        inputs.observation[:-1],
+        inputs.action[:-1],
+        inputs.first[:-1],
+    )[1]
+    discount = gamma * inputs.discount[1:]
+    losses = jax.vmap(ops.categorical_td_loss, in_axes=(None, 0, 0, 0, 0))(
+        networks.atoms,
+        logits.reshape(-1, config.num_atoms),
+        inputs.reward[1:].reshape(-1),
+        discount.reshape(-1),
+        target_probs,
+    )
+    loss = parallel.masked_mean(losses, inputs.mask.reshape(-1)) * per_sequence(inputs)
+    shifted = inputs.reward[1:, :, None] + discount[..., None] * networks.atoms
+    outside = (shifted < config.vmin) | (shifted > config.vmax)  # [L-1, M, atoms]
+    clipped = jnp.sum(outside * target_probs.reshape(outside.shape), axis=-1)
+    return loss, {
+        "loss/critic": loss,
+        "crr/clipped_fraction": parallel.masked_mean(clipped, inputs.mask),
+    }
+
+
+def policy_loss(
+    policy_params, networks: CRRNetworks, config: CRRConfig, state: CRRState, batch, key
+):
+    """Weighted behaviour cloning of the actions taken at steps 0..L-2, weighted by
+    ``policy_improvement_mode`` of their advantage over ``baseline_reduce`` of the critic
+    at policy samples; aux: the metrics."""
+    inputs = inputs_of(networks, batch)
+    start = start_states(networks, config, batch, 0)
+    observation, first = inputs.observation[:-1], inputs.first[:-1]
+    _, taken_logits, states = networks.critic.unroll(
+        state.critic_params, start["critic"], observation, inputs.action[:-1], first
+    )
+    head = networks.policy.unroll(policy_params, start["policy"], observation, first)[1]
+    q = networks.q_mean(taken_logits)
+    candidates = samples(
+        networks, jax.lax.stop_gradient(head), key, config.num_action_samples_policy
+    )
+    q_candidates = networks.q_mean(
+        networks.critic.candidates(state.critic_params, states, observation, first, candidates)[1]
+    )
+    baseline = BASELINE_REDUCE[config.baseline_reduce](q_candidates, axis=0)
+    advantage = jax.lax.stop_gradient(q - baseline)
+    improvement = POLICY_IMPROVEMENT[config.policy_improvement_mode]
+    coefficient = improvement(advantage, config.beta, config.ratio_upper_bound)
+    log_prob = networks.distribution(head).log_prob(inputs.action[:-1])
+    loss = -parallel.masked_mean(log_prob * coefficient, inputs.mask) * per_sequence(inputs)
+    return loss, {
+        "loss/policy": loss,
+        "crr/advantage": jnp.mean(advantage),
+        "crr/coefficient": jnp.mean(coefficient),
+        "crr/q": jnp.mean(q),
+    }
+
+
+# --------------------------------------------------------------------------- the agent
 
 
 def make_crr(spec: EnvSpec, config: CRRConfig, devices=None, collects: bool = True) -> Agent:
@@ -181,62 +342,24 @@ def make_crr(spec: EnvSpec, config: CRRConfig, devices=None, collects: bool = Tr
             "collects none (it learns from a dataset): remove the option (crr.eval_acting "
             "sets how it evaluates)"
         )
-    return _build(spec, config, devices)[0]
-
-
-def make_target_probs(spec: EnvSpec, config: CRRConfig):
-    """``target_probs(state, batch [L, M], key) -> [L-1, M, atoms]``: the TD targets
-    ``update`` computes from the same arguments, for states of ``make_crr(spec, config)``."""
-    return _build(spec, config, None)[1]
-
-
-def _build(spec: EnvSpec, config: CRRConfig, devices):
     warn_zero_start(config, "crr")
-    action_spec = spec.action
-    atoms = jnp.linspace(config.vmin, config.vmax, config.num_atoms)
+    nets = networks(spec, config)
     hyper = learning.Hyperparameters(config, ("learning_rate", "discount"))
-    improvement = POLICY_IMPROVEMENT[config.policy_improvement_mode]
-    reduce_baseline = BASELINE_REDUCE[config.baseline_reduce]
-    clip = (
-        []
-        if math.isinf(config.max_grad_norm)
-        else [optax.clip_by_global_norm(config.max_grad_norm)]
-    )
-    policy_optimizer = optax.chain(*clip, learning.direction(config))
-    critic_optimizer = optax.chain(*clip, learning.direction(config))
-    policy, critic = networks(spec, config)
-    recurrent = config.network.recurrent
-
-    def flat(observation):
-        return flat_observation(spec.observation_shape, observation)
-
-    def critic_input(observation, action):
-        """Flat observations and actions in [-1, 1] (or indices) side by side."""
-        return jnp.concatenate([observation, encode_action(action_spec, action)], axis=-1)
-
-    def dist_of(head_output):
-        return distributions.make(action_spec, head_output, squash=True)
-
-    def q_mean(logits):
-        return jnp.sum(jax.nn.softmax(logits) * atoms, axis=-1)
+    policy_optimizer, critic_optimizer = learning.optimizer(config), learning.optimizer(config)
 
     def init(key) -> CRRState:
         policy_key, critic_key = jax.random.split(key)
-        policy_params, critic_params = policy.init(policy_key), critic.init(critic_key)
+        policy_params, critic_params = nets.policy.init(policy_key), nets.critic.init(critic_key)
         return CRRState(
-            policy_params,
-            critic_params,
-            policy_params,
-            critic_params,
-            policy_optimizer.init(policy_params),
-            critic_optimizer.init(critic_params),
-            jnp.zeros((), jnp.int32),
-            hyper.initial_controls(),
+            policy_params=policy_params,
+            critic_params=critic_params,
+            target_policy_params=policy_params,
+            target_critic_params=critic_params,
+            policy_opt_state=policy_optimizer.init(policy_params),
+            critic_opt_state=critic_optimizer.init(critic_params),
+            update_step=jnp.zeros((), jnp.int32),
+            controls=hyper.initial_controls(),
         )
-
-    def initial_carry(batch_size: int):
-        shape = (batch_size,)
-        return {"policy": policy.initial_state(shape), "critic": critic.initial_state(shape)}
 
     def boltzmann_choice(state: CRRState, observation, first, carry, dist, key, beta):
         """Acme's ExpQWeightedPolicy: ``boltzmann_samples`` policy samples scored by the
@@ -245,23 +368,20 @@ def _build(spec: EnvSpec, config: CRRConfig, devices):
         count = config.boltzmann_samples
         sample_key, choice_key = jax.random.split(key)
         candidates = jax.vmap(dist.sample)(jax.random.split(sample_key, count))  # [N, B, ...]
-        critic_states, logits = critic.step(
-            state.critic_params,
-            tile(count, carry["critic"]),
-            critic_input(tile(count, observation), candidates),
-            tile(count, first),
+        critic_states, logits = nets.critic.candidates(
+            state.critic_params, carry["critic"], observation, first, candidates
         )
         action, chosen, _ = boltzmann.resample_with_states(
-            choice_key, candidates, q_mean(logits), beta, critic_states
+            choice_key, candidates, nets.q_mean(logits), beta, critic_states
         )
         return action, chosen
 
     def step(state: CRRState, timestep: TimeStep, carry, key, temperature, resample: bool):
-        observation, first = flat(timestep.observation), timestep.is_first()
-        policy_state, head_output = policy.step(
+        observation, first = nets.flat(timestep.observation), timestep.is_first()
+        policy_state, head_output = nets.policy.step(
             state.policy_params, carry["policy"], observation, first
         )
-        dist = dist_of(head_output)
+        dist = nets.distribution(head_output)
         if resample:
             beta = config.boltzmann_beta * temperature
             action, critic_state = boltzmann_choice(
@@ -270,163 +390,49 @@ def _build(spec: EnvSpec, config: CRRConfig, devices):
         else:
             action = dist.sample(key, temperature)
             critic_state = carry["critic"]
-            if recurrent:  # the critic's memory follows the actions taken
-                critic_state = critic.step(
-                    state.critic_params, critic_state, critic_input(observation, action), first
+            if nets.critic.recurrent:  # the critic's memory follows the actions taken
+                critic_state = nets.critic.step(
+                    state.critic_params, critic_state, observation, action, first
                 )[0]
-        return to_box(action_spec, action), {"policy": policy_state, "critic": critic_state}
+        return to_box(spec.action, action), {"policy": policy_state, "critic": critic_state}
 
     def act(state: CRRState, timestep: TimeStep, carry, key):
         action, new_carry = step(state, timestep, carry, key, 1.0, config.acting == "boltzmann")
-        extras = {ROLLOUT_STATE: carry} if config.use_rollout_state else {}
-        return action, new_carry, extras
+        return action, new_carry, learning.rollout_extras(config, carry)
 
-    def policy_fn(state: CRRState, timestep: TimeStep, carry, key, temperature):
+    def policy(state: CRRState, timestep: TimeStep, carry, key, temperature):
         return step(state, timestep, carry, key, temperature, config.eval_acting == "boltzmann")
-
-    def samples(head_output, key, count: int):
-        """``count`` samples at each step of sequences [T, M]: [count, T, M, ...]; each
-        sequence draws from its own key, the same however the M sequences are split over
-        devices."""
-        keys = parallel.example_keys(key, jax.tree.leaves(head_output)[0].shape[1])
-
-        def one_sequence(sequence_output, sequence_key):  # [T, ...] -> [count, T, ...]
-            dist = dist_of(sequence_output)
-            return jax.vmap(dist.sample)(jax.random.split(sequence_key, count))
-
-        return jax.vmap(one_sequence, in_axes=(1, 0), out_axes=2)(head_output, keys)
-
-    def critic_states(params, start, observation, action, first):
-        """The critic's state before each step [T, M, ...] on the actions taken (() for a
-        feed-forward critic)."""
-        if not recurrent:
-            return ()
-        return critic.unroll(params, start, critic_input(observation, action), first)[2]
-
-    def critic_at(params, states, observation, first, actions):
-        """Logits [N, T, M, atoms] of Q at N actions [N, T, M, ...] per step, each step
-        evaluated from its state before."""
-        count = jax.tree.leaves(actions)[0].shape[0]
-        return critic.step(
-            params,
-            tile(count, states),
-            critic_input(tile(count, observation), actions),
-            tile(count, first),
-        )[1]
-
-    def start_states(batch, t: int):
-        """Where the cores start when a window begins at step ``t``: the states recorded
-        before step t under use_rollout_state, else zeros."""
-        if config.use_rollout_state:
-            recorded = extra(batch, ROLLOUT_STATE, "crr", "use_rollout_state")
-            return jax.tree.map(lambda x: x[t], recorded)
-        return initial_carry(batch.step_type.shape[1])
-
-    def next_step_targets(state: CRRState, batch, key):
-        """The target distribution at each next step [L-1, M, atoms]: the target critic's
-        distributions of N target-policy actions, averaged in log space. The target
-        networks see steps 1..L-1, from the states recorded before step 1 (or zeros)."""
-        observation = flat(batch.observation)
-        action = from_box(action_spec, batch.action)
-        first = batch.step_type == StepType.FIRST
-        start = start_states(batch, 1)
-        next_head = policy.unroll(
-            state.target_policy_params, start["policy"], observation[1:], first[1:]
-        )[1]
-        next_actions = samples(next_head, key, config.num_action_samples_td)
-        next_states = critic_states(
-            state.target_critic_params, start["critic"], observation[1:], action[1:], first[1:]
-        )
-        logits = critic_at(
-            state.target_critic_params, next_states, observation[1:], first[1:], next_actions
-        )  # [N, L-1, M, atoms]
-        log_probs = jax.vmap(ops.average_log_probs, in_axes=1)(
-            logits.reshape(logits.shape[0], -1, config.num_atoms)
-        )
-        return jnp.exp(log_probs).reshape(logits.shape[1:])
 
     def update(state: CRRState, batch, key):
         """One step of both optimisers on sequences [L, M]; hard target copies on schedule."""
         target_key, policy_key = jax.random.split(key)
-        observation = flat(batch.observation)
-        action = from_box(action_spec, batch.action)
-        first = batch.step_type == StepType.FIRST
-        mask = (batch.step_type[:-1] != StepType.LAST).astype(jnp.float32)  # no reset transitions
         step, controls = state.update_step, state.controls
         gamma = hyper("discount", step, controls)
-        # Acme sums the L-1 transitions' batch means and divides by the sequence length L.
-        length = batch.step_type.shape[0]
-        per_sequence = (length - 1) / length
-
-        target_probs = next_step_targets(state, batch, target_key).reshape(-1, config.num_atoms)
-
-        # The online networks see the transitions' first steps 0..L-2.
-        start = start_states(batch, 0)
-        now = (observation[:-1], first[:-1])
-        taken = critic_input(observation[:-1], action[:-1])
-
-        def critic_loss(critic_params):
-            logits = critic.unroll(critic_params, start["critic"], taken, first[:-1])[1]
-            losses = jax.vmap(ops.categorical_td_loss, in_axes=(None, 0, 0, 0, 0))(
-                atoms,
-                logits.reshape(-1, config.num_atoms),
-                batch.reward[1:].reshape(-1),
-                (gamma * batch.discount[1:]).reshape(-1),
-                target_probs,
-            )
-            loss = parallel.masked_mean(losses, mask.reshape(-1)) * per_sequence
-            shifted = batch.reward[1:, :, None] + (gamma * batch.discount[1:])[..., None] * atoms
-            outside = (shifted < config.vmin) | (shifted > config.vmax)  # [L-1, M, atoms]
-            clipped = jnp.sum(outside * target_probs.reshape(outside.shape), axis=-1)
-            return loss, {
-                "loss/critic": loss,
-                "crr/clipped_fraction": parallel.masked_mean(clipped, mask),
-            }
-
-        _, taken_logits, states = critic.unroll(
-            state.critic_params, start["critic"], taken, first[:-1]
+        target_probs = next_step_targets(nets, config, state, batch, target_key)
+        critic_grads, critic_metrics = jax.grad(critic_loss, has_aux=True)(
+            state.critic_params,
+            nets,
+            config,
+            batch,
+            target_probs.reshape(-1, config.num_atoms),
+            gamma,
         )
-
-        def policy_loss(policy_params):
-            head = policy.unroll(policy_params, start["policy"], *now)[1]
-            q = q_mean(taken_logits)
-            candidates = samples(
-                jax.lax.stop_gradient(head), policy_key, config.num_action_samples_policy
-            )
-            q_candidates = q_mean(critic_at(state.critic_params, states, *now, candidates))
-            advantage = jax.lax.stop_gradient(q - reduce_baseline(q_candidates, axis=0))
-            coefficient = improvement(advantage, config.beta, config.ratio_upper_bound)
-            log_prob = dist_of(head).log_prob(action[:-1])
-            loss = -parallel.masked_mean(log_prob * coefficient, mask) * per_sequence
-            return loss, {
-                "loss/policy": loss,
-                "crr/advantage": jnp.mean(advantage),
-                "crr/coefficient": jnp.mean(coefficient),
-                "crr/q": jnp.mean(q),
-            }
-
-        critic_grads, critic_metrics = jax.grad(critic_loss, has_aux=True)(state.critic_params)
-        policy_grads, policy_metrics = jax.grad(policy_loss, has_aux=True)(state.policy_params)
+        policy_grads, policy_metrics = jax.grad(policy_loss, has_aux=True)(
+            state.policy_params, nets, config, state, batch, policy_key
+        )
         critic_grads, policy_grads, critic_metrics, policy_metrics = parallel.device_mean(
             (critic_grads, policy_grads, critic_metrics, policy_metrics)
         )
-        critic_updates, critic_opt_state = critic_optimizer.update(
-            critic_grads, state.critic_opt_state, state.critic_params
-        )
-        policy_updates, policy_opt_state = policy_optimizer.update(
-            policy_grads, state.policy_opt_state, state.policy_params
-        )
         rate = hyper("learning_rate", step, controls)
-        critic_params = optax.apply_updates(
-            state.critic_params, learning.descend(critic_updates, rate)
+        critic_params, critic_opt_state = critic_optimizer.step(
+            critic_grads, state.critic_opt_state, state.critic_params, rate
         )
-        policy_params = optax.apply_updates(
-            state.policy_params, learning.descend(policy_updates, rate)
+        policy_params, policy_opt_state = policy_optimizer.step(
+            policy_grads, state.policy_opt_state, state.policy_params, rate
         )
-        step_count = step + 1
 
         def target(online, old):  # as Acme: copies after updates 1, P + 1, 2P + 1, ...
-            return optax.periodic_update(online, old, step, config.target_update_period)
+            return learning.target_update(online, old, step, config.target_update_period)
 
         new_state = CRRState(
             policy_params=policy_params,
@@ -435,7 +441,7 @@ def _build(spec: EnvSpec, config: CRRConfig, devices):
             target_critic_params=target(critic_params, state.target_critic_params),
             policy_opt_state=policy_opt_state,
             critic_opt_state=critic_opt_state,
-            update_step=step_count,
+            update_step=step + 1,
             controls=controls,
         )
         metrics = {
@@ -463,17 +469,16 @@ def _build(spec: EnvSpec, config: CRRConfig, devices):
             "(--reward-scale) or widen the support (--crr.vmin, --crr.vmax)"
         }
 
-    agent = Agent(
+    return Agent(
         name="crr",
         config=config,
         spec=spec,
         unroll_length=config.unroll_length,
         init=init,
-        initial_carry=initial_carry,
+        initial_carry=nets.initial_carry,
         act=act,
-        policy=policy_fn,
+        policy=policy,
         params=lambda state: state.policy_params,
         **learning.off_policy_learning("crr", config, update, devices),
         advise=advise,
     )
-    return agent, next_step_targets

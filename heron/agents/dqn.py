@@ -36,18 +36,15 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
 import rlax
 
 from heron import parallel
 from heron.agents import learning
 from heron.agents.base import (
-    ROLLOUT_STATE,
     Agent,
     ReplayConfig,
     check_config,
     check_recurrence,
-    extra,
     warn_zero_start,
 )
 from heron.configs import ConfigError, check, integer, number, registered, scheduled
@@ -187,12 +184,6 @@ def softmax_actions(key, q_values, temperature):
     return jnp.where(greedy, jnp.argmax(q_values, axis=-1), sampled)
 
 
-def target_update(online, target, step_count, period: int, tau: float):
-    """Every ``period`` updates ``tau * online + (1 - tau) * target``; else ``target``."""
-    moved = optax.incremental_update(online, target, tau) if tau < 1.0 else online
-    return optax.periodic_update(moved, target, step_count, period)
-
-
 # --------------------------------------------------------------------------- the agent
 
 
@@ -210,12 +201,7 @@ def make_dqn(spec: EnvSpec, config: DQNConfig, devices=None, collects: bool = Tr
     hyper = learning.Hyperparameters(
         config, ("learning_rate", "discount", "epsilon"), by_env_steps=("epsilon",)
     )
-    clip = (
-        []
-        if math.isinf(config.max_grad_norm)
-        else [optax.clip_by_global_norm(config.max_grad_norm)]
-    )
-    optimizer = optax.chain(*clip, learning.direction(config))
+    optimizer = learning.optimizer(config)
     network = make_network(
         config.network,
         DenseHead((controls_count, n_actions), None),
@@ -254,8 +240,7 @@ def make_dqn(spec: EnvSpec, config: DQNConfig, devices=None, collects: bool = Tr
         new_carry, q = q_of(state.params, carry, timestep.observation, timestep.is_first())
         epsilon = hyper("epsilon", state.update_step, state.controls, state.env_steps)
         action = from_controls(epsilon_greedy(key, q, epsilon))
-        extras = {ROLLOUT_STATE: carry} if config.use_rollout_state else {}
-        return action, new_carry, extras
+        return action, new_carry, learning.rollout_extras(config, carry)
 
     def policy(state: DQNState, timestep: TimeStep, carry, key, temperature):
         new_carry, q = q_of(state.params, carry, timestep.observation, timestep.is_first())
@@ -268,12 +253,6 @@ def make_dqn(spec: EnvSpec, config: DQNConfig, devices=None, collects: bool = Tr
         """Q [T, M, k, n] over sequences [T, M] from ``start``."""
         observation = flat_observation(spec.observation_shape, observation)
         return network.unroll(params, start, observation, first)[1]
-
-    def start_state(batch):
-        if config.use_rollout_state:
-            recorded = extra(batch, ROLLOUT_STATE, "dqn", "use_rollout_state")
-            return jax.tree.map(lambda x: x[0], recorded)
-        return initial_carry(batch.step_type.shape[1])
 
     def online_q(params, batch, start):
         """Online Q [L - burn_in, M, k, n] after the burn-in (which takes no gradient)."""
@@ -293,7 +272,7 @@ def make_dqn(spec: EnvSpec, config: DQNConfig, devices=None, collects: bool = Tr
         del key
         step, controls = state.update_step, state.controls
         gamma = hyper("discount", step, controls)
-        start = start_state(batch)
+        start = learning.start_state(config, "dqn", batch, initial_carry)
         first = batch.step_type == StepType.FIRST
         after = slice(burn_in + 1, None)  # the steps transitions after the burn-in reach
         q_target = unroll(state.target_params, start, batch.observation, first)[after]
@@ -328,13 +307,13 @@ def make_dqn(spec: EnvSpec, config: DQNConfig, devices=None, collects: bool = Tr
 
         grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params)
         grads, metrics = parallel.device_mean((grads, metrics))
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-        rate = hyper("learning_rate", step, controls)
-        params = optax.apply_updates(state.params, learning.descend(updates, rate))
+        params, opt_state = optimizer.step(
+            grads, state.opt_state, state.params, hyper("learning_rate", step, controls)
+        )
         step_count = step + 1
         new_state = state._replace(
             params=params,
-            target_params=target_update(
+            target_params=learning.target_update(
                 params, state.target_params, step_count, config.target_update_period, config.tau
             ),
             opt_state=opt_state,

@@ -1,6 +1,7 @@
 """How agents learn, in small composable pieces (rejax's ``train_iteration``, ALF's
 ``_train``): cut experience into training sequences, run epochs of shuffled mini-batches,
-sample from a replay, split an update over devices.
+sample from a replay, split an update over devices, step an optimiser by the scheduled
+learning rate, move target networks, start sequences from the recorded recurrent state.
 
 Batches are batch-major [B, T, ...] in the replay and time-major [L, M, ...] inside an
 agent's ``update(state, batch, key) -> (state, metrics)``.
@@ -8,15 +9,17 @@ agent's ``update(state, batch, key) -> (state, metrics)``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
 from heron import ops, parallel, replay
+from heron.agents.base import ROLLOUT_STATE, extra
 from heron.configs import ConfigError
-from heron.networks import distributions
 from heron.schedules import as_schedule
 
 
@@ -327,23 +330,60 @@ def descend(updates, learning_rate):
     return jax.tree.map(lambda u: -learning_rate * u, updates)
 
 
+class Optimizer(NamedTuple):
+    """An optax transformation into an update direction, stepped by the learning rate in
+    effect (``Hyperparameters``: scheduled, scaled by its control): ``init(params)`` and
+    ``step(grads, opt_state, params, learning_rate) -> (params, opt_state)``."""
+
+    direction: optax.GradientTransformation
+
+    def init(self, params):
+        return self.direction.init(params)
+
+    def step(self, grads, opt_state, params, learning_rate):
+        updates, opt_state = self.direction.update(grads, opt_state, params)
+        return optax.apply_updates(params, descend(updates, learning_rate)), opt_state
+
+
+def optimizer(config, **adam) -> Optimizer:
+    """An agent's optimiser: the gradients clipped to the global norm
+    ``config.max_grad_norm`` (inf: not clipped), then ``direction(config, **adam)``."""
+    clip = (
+        []
+        if math.isinf(config.max_grad_norm)
+        else [optax.clip_by_global_norm(config.max_grad_norm)]
+    )
+    return Optimizer(optax.chain(*clip, direction(config, **adam)))
+
+
+def target_update(online, target, updates, period: int, tau: float = 1.0):
+    """The target parameters after an update: when ``updates % period == 0``, ``target``
+    moved ``tau`` of the way to ``online`` (Polyak averaging; ``tau = 1`` copies
+    ``online``), else ``target`` unchanged. ``updates`` counts the optimiser steps with this
+    one (moves after updates P, 2P, ...) or, as Acme's CRR, without it (after updates 1,
+    P + 1, 2P + 1, ...)."""
+    moved = online if tau == 1.0 else optax.incremental_update(online, target, tau)
+    if period == 1:
+        return moved
+    return optax.periodic_update(moved, target, updates, period)
+
+
+def rollout_extras(config, carry) -> dict:
+    """What ``act`` records for ``config.use_rollout_state``: the network state before the
+    step (``extras[ROLLOUT_STATE]``), from which training sequences start; else nothing."""
+    return {ROLLOUT_STATE: carry} if config.use_rollout_state else {}
+
+
+def start_state(config, agent: str, batch, initial_carry: Callable, t: int = 0):
+    """Where the networks start on the sequences of ``batch`` [L, M] when they first see
+    step ``t``: under ``config.use_rollout_state`` the states recorded before step ``t``
+    (``rollout_extras``), else ``initial_carry(M)``."""
+    if config.use_rollout_state:
+        recorded = extra(batch, ROLLOUT_STATE, agent, "use_rollout_state")
+        return jax.tree.map(lambda x: x[t], recorded)
+    return initial_carry(batch.step_type.shape[1])
+
+
 def restart_masks(is_first):
     """``ops.restart_mask`` over a batch: is_first [T+1, B] -> mask [T, B]."""
     return jax.vmap(ops.restart_mask, in_axes=1, out_axes=1)(is_first)
-
-
-def tanh_gaussian(head_output) -> distributions.TanhGaussian:
-    return distributions.TanhGaussian(head_output["mean"], head_output["log_std"])
-
-
-def sample_with_log_prob(head_output, key, count):
-    """``count`` reparameterised tanh-Gaussian samples per distribution and their log-probs:
-    {mean, log_std} [T, B, d] -> actions [count, T, B, d], log_probs [count, T, B]. Each
-    sequence (b) draws from its own key, the same draws however the B sequences are split
-    over devices."""
-    keys = parallel.example_keys(key, head_output["mean"].shape[1])
-
-    def one_sequence(params, sequence_key):  # [T, d] -> [count, T, d], [count, T]
-        return tanh_gaussian(params).sample_and_log_prob(sequence_key, sample_shape=(count,))
-
-    return jax.vmap(one_sequence, in_axes=(1, 0), out_axes=(2, 2))(head_output, keys)

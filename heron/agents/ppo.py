@@ -22,7 +22,6 @@ from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from heron import ops, parallel, replay, serialization
 from heron.agents import learning
@@ -322,9 +321,7 @@ def vector_model(spec: EnvSpec, config: PPOConfig) -> PolicyModel:
         else:
             action, log_prob = dist.sample_and_log_prob(key)
         extras = {"log_prob": log_prob, "value": out["value"]}
-        if config.use_rollout_state:
-            extras[ROLLOUT_STATE] = carry
-        return action, new_carry, extras
+        return action, new_carry, {**extras, **learning.rollout_extras(config, carry)}
 
     def policy(params, timestep: TimeStep, carry, key, temperature):
         carry, _, dist = step(params, timestep, carry)
@@ -417,18 +414,16 @@ def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None, collects: bool = Tr
     warn_zero_start(config, "ppo")
     model = vector_model(spec, config) if config.vocab_size is None else token_model(spec, config)
     hyper = learning.Hyperparameters(config, SCHEDULED)
-    clip = (
-        []
-        if math.isinf(config.max_grad_norm)
-        else [optax.clip_by_global_norm(config.max_grad_norm)]
-    )
-    optimizer = optax.chain(*clip, learning.direction(config, eps=1e-5))
+    optimizer = learning.optimizer(config, eps=1e-5)
     use_rollout_state = config.use_rollout_state
 
     def init(key) -> PPOState:
         params = model.init(key)
         return PPOState(
-            params, optimizer.init(params), jnp.zeros((), jnp.int32), hyper.initial_controls()
+            params=params,
+            opt_state=optimizer.init(params),
+            update_step=jnp.zeros((), jnp.int32),
+            controls=hyper.initial_controls(),
         )
 
     def act(state: PPOState, timestep: TimeStep, carry, key):
@@ -494,11 +489,14 @@ def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None, collects: bool = Tr
         grads, metrics = jax.grad(loss, has_aux=True)(state.params, batch, step, controls)
         grads, metrics = parallel.device_mean((grads, metrics))
         metrics.update(hyper.metrics(step, controls))
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-        updates = learning.descend(updates, hyper("learning_rate", step, controls))
-        params = optax.apply_updates(state.params, updates)
+        params, opt_state = optimizer.step(
+            grads, state.opt_state, state.params, hyper("learning_rate", step, controls)
+        )
         metrics.update(learning.gradient_metrics(config, {"": (grads, state.params)}))
-        return PPOState(params, opt_state, step + 1, controls), metrics
+        new_state = PPOState(
+            params=params, opt_state=opt_state, update_step=step + 1, controls=controls
+        )
+        return new_state, metrics
 
     update = learning.data_parallel(update, devices or jax.devices(), "ppo", config.batch_size)
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -41,24 +40,21 @@ import jax.numpy as jnp
 import optax
 
 from heron import parallel
-from heron.agents import learning
-from heron.agents.actions import action_size, encode_action, from_box, to_box
+from heron.agents import actor_critic, learning
+from heron.agents.actions import action_size
+from heron.agents.actor_critic import ActorCritic, Sequences, sample_with_log_prob
 from heron.agents.base import (
-    ROLLOUT_STATE,
     Agent,
     ConfigError,
     ReplayConfig,
     check_config,
     check_recurrence,
-    extra,
     warn_zero_start,
 )
-from heron.agents.learning import restart_masks, sample_with_log_prob, tanh_gaussian
 from heron.configs import integer, number, registered, scheduled
-from heron.networks import DenseHead, PolicyHead, flat_observation, make_network
-from heron.networks.network import Network, NetworkConfig
+from heron.networks.network import NetworkConfig
 from heron.specs import EnvSpec
-from heron.types import Experience, StepType, TimeStep
+from heron.types import Experience, TimeStep
 
 NUM_CRITICS = 2  # twin critics
 
@@ -174,243 +170,137 @@ def default_target_entropy(spec: EnvSpec) -> float:
     return -float(action_size(spec.action))
 
 
-# --------------------------------------------------------------------------- the agent
+# --------------------------------------------------------------------------- the losses
 
 
-class Inputs(NamedTuple):
-    """A sampled batch as the losses read it: [S, B] time-major, S = T+1."""
-
-    observation: Any  # [S, B, obs] flat
-    action: Any  # [S, B, d] in [-1, 1]
-    first: Any  # bool [S, B]
-    mask: Any  # [T, B]: 0 for the restart transitions
-    reward: Any  # [S, B]
-    discount: Any  # [S, B]
-    start: Any  # {"policy", "critic"}: core states the unrolls start from
+def networks(spec: EnvSpec, config: SACConfig) -> ActorCritic:
+    """The tanh-Gaussian policy and the twin critics on flat observations (beside actions
+    in [-1, 1] for the critics)."""
+    return actor_critic.networks(spec, config.network, NUM_CRITICS)
 
 
-class Terms(NamedTuple):
-    """What one update computes from a batch (for tests and metrics); [T, B] unless noted."""
-
-    alpha: Any  # []
-    mask: Any
-    next_q: Any  # the target critics at (s_{t+1}, a') [2, T, B]
-    next_log_prob: Any  # log pi(a'|s_{t+1})
-    target: Any  # the soft TD targets
-    online_q: Any  # the critics at the taken actions [2, T, B]
-    log_prob: Any  # log pi(a|s_t) of the policy's samples at steps 0..T-1
+def inputs_of(networks: ActorCritic, config: SACConfig, batch: Experience) -> Sequences:
+    """``batch`` [S, B] as the losses read it, from the states recorded when acting under
+    ``use_rollout_state``, else from zeros."""
+    start = learning.start_state(config, "sac", batch, networks.initial_carry)
+    return networks.sequences(batch, start)
 
 
-def networks(spec: EnvSpec, config: SACConfig) -> tuple[Network, Network]:
-    """(policy, critic): the tanh-Gaussian policy on flat observations; one scalar critic on
-    flat observations and actions in [-1, 1] (the agent holds two of them)."""
-    observation_size = math.prod(spec.observation_shape)
-    policy = make_network(config.network, PolicyHead(spec.action, std="state"), observation_size)
-    critic = make_network(
-        config.network, DenseHead((), None), observation_size + action_size(spec.action)
+def q_at(networks: ActorCritic, params, states, inputs: Sequences, actions, steps: slice):
+    """Q of both critics [2, len(steps), B] at ``actions`` [len(steps), B, d] in the states
+    of ``steps``."""
+    return networks.critics.step(
+        params,
+        networks.critics.at_steps(states, steps),
+        inputs.observation[steps],
+        actions,
+        inputs.first[steps],
+    )[1]
+
+
+def policy_samples(networks: ActorCritic, policy_params, inputs: Sequences, key):
+    """Reparameterised actions [S, B, d] of the policy at every step, and their
+    log-probabilities [S, B]."""
+    actions, log_probs = sample_with_log_prob(networks.head_outputs(policy_params, inputs), key, 1)
+    return actions[0], log_probs[0]
+
+
+def targets(
+    networks: ActorCritic, state: SACState, inputs: Sequences, next_actions, next_log_prob, gamma
+):
+    """(soft targets [T, B], target critics' Q [2, T, B]) for the sampled next actions
+    [T, B, d] and their log-probabilities [T, B], at discount ``gamma``."""
+    alpha = jnp.exp(state.log_alpha)
+    states = networks.critic_states(state.target_critic_params, inputs)
+    next_q = q_at(
+        networks, state.target_critic_params, states, inputs, next_actions, slice(1, None)
     )
-    return policy, critic
+    target = soft_target(
+        inputs.reward[1:], gamma * inputs.discount[1:], next_q, next_log_prob, alpha
+    )
+    return target, next_q
+
+
+def critic_loss(critic_params, networks: ActorCritic, inputs: Sequences, target):
+    """The critics' loss and, as aux, their Q at the taken actions [2, T, B]."""
+    states = networks.critic_states(critic_params, inputs)
+    online_q = q_at(networks, critic_params, states, inputs, inputs.action[:-1], slice(None, -1))
+    return critic_loss_from(online_q, target, inputs.mask), online_q
+
+
+def policy_loss(policy_params, networks: ActorCritic, state: SACState, inputs: Sequences, key):
+    """The policy's loss and, as aux, its samples' log-probabilities [S, B], the samples
+    [S, B, d] and the critics' Q at them [2, T, B]."""
+    actions, log_probs = policy_samples(networks, policy_params, inputs, key)
+    critic_params = jax.lax.stop_gradient(state.critic_params)
+    states = networks.critic_states(critic_params, inputs)
+    q = q_at(networks, critic_params, states, inputs, actions[:-1], slice(None, -1))
+    alpha = jnp.exp(state.log_alpha)
+    loss = policy_loss_from(q, log_probs[:-1], alpha, inputs.mask)
+    return loss, (log_probs, actions, q)
+
+
+# --------------------------------------------------------------------------- the agent
 
 
 def make_sac(spec: EnvSpec, config: SACConfig, devices=None, collects: bool = True) -> Agent:
     """The SAC agent for ``spec`` (continuous actions)."""
-    return _build(spec, config, devices)[0]
-
-
-def make_terms(spec: EnvSpec, config: SACConfig) -> Callable:
-    """``terms(state, batch [S, B], key) -> Terms``: the intermediates ``update`` computes
-    from the same arguments, for states of ``make_sac(spec, config)``."""
-    return _build(spec, config, None)[1]
-
-
-def _build(spec: EnvSpec, config: SACConfig, devices) -> tuple[Agent, Callable]:
-    action_spec = spec.action
-    if action_spec.is_discrete:
+    del collects  # nothing in the config only changes how experience is collected
+    if spec.action.is_discrete:
         raise ConfigError(
             "sac needs continuous (Box) actions: it differentiates Q through reparameterised "
             "actions, and this environment's actions are discrete (Discrete or "
             "MultiDiscrete); use ppo or crr for discrete action spaces"
         )
     warn_zero_start(config, "sac")
-    policy, critic = networks(spec, config)
+    nets = networks(spec, config)
     hyper = learning.Hyperparameters(config, ("discount", "learning_rate"))
-    clip = (
-        []
-        if math.isinf(config.max_grad_norm)
-        else [optax.clip_by_global_norm(config.max_grad_norm)]
-    )
-    optimizers = {
-        "policy": optax.chain(*clip, learning.direction(config)),
-        "critic": optax.chain(*clip, learning.direction(config)),
-        "alpha": optax.scale_by_adam(),
-    }
+    policy_optimizer, critic_optimizer = learning.optimizer(config), learning.optimizer(config)
+    alpha_optimizer = learning.Optimizer(optax.scale_by_adam())
     target_entropy = (
         default_target_entropy(spec) if config.target_entropy is None else config.target_entropy
     )
 
-    def flat(observation):
-        return flat_observation(spec.observation_shape, observation)
-
-    def critic_input(observation, action):
-        return jnp.concatenate([observation, encode_action(action_spec, action)], axis=-1)
-
-    # The twin critics: one network's functions vmapped over stacked parameters (and states).
-    def critics_init(key):
-        return jax.vmap(critic.init)(jax.random.split(key, NUM_CRITICS))
-
-    def critics_step(params, state, x, first):
-        """(states [2, ...], Q [2, ...]) of both critics on the same inputs."""
-        return jax.vmap(critic.step, in_axes=(0, 0, None, None))(params, state, x, first)
-
-    def critics_unroll(params, state, xs, firsts):
-        return jax.vmap(critic.unroll, in_axes=(0, 0, None, None))(params, state, xs, firsts)
-
     def init(key) -> SACState:
         policy_key, critic_key = jax.random.split(key)
-        policy_params = policy.init(policy_key)
-        critic_params = critics_init(critic_key)
+        policy_params = nets.policy.init(policy_key)
+        critic_params = nets.critics.init(critic_key)
         log_alpha = jnp.asarray(math.log(config.initial_alpha), jnp.float32)
         return SACState(
             policy_params=policy_params,
             critic_params=critic_params,
             target_critic_params=critic_params,
             log_alpha=log_alpha,
-            policy_opt_state=optimizers["policy"].init(policy_params),
-            critic_opt_state=optimizers["critic"].init(critic_params),
-            alpha_opt_state=optimizers["alpha"].init(log_alpha) if config.learn_alpha else (),
+            policy_opt_state=policy_optimizer.init(policy_params),
+            critic_opt_state=critic_optimizer.init(critic_params),
+            alpha_opt_state=alpha_optimizer.init(log_alpha) if config.learn_alpha else (),
             update_step=jnp.zeros((), jnp.int32),
             controls=hyper.initial_controls(),
         )
 
-    def initial_carry(batch_size):
-        critic_state = critic.initial_state((NUM_CRITICS, batch_size))
-        return {"policy": policy.initial_state((batch_size,)), "critic": critic_state}
-
     def act(state: SACState, timestep: TimeStep, carry, key):
-        observation, first = flat(timestep.observation), timestep.is_first()
-        policy_state, head_output = policy.step(
-            state.policy_params, carry["policy"], observation, first
+        action, log_prob, new_carry = nets.act(
+            state.policy_params, state.critic_params, timestep, carry, key
         )
-        action, log_prob = tanh_gaussian(head_output).sample_and_log_prob(key)
-        new_carry = {"policy": policy_state, "critic": carry["critic"]}
-        if critic.recurrent:  # every network's memory follows the steps taken
-            new_carry["critic"] = critics_step(
-                state.critic_params, carry["critic"], critic_input(observation, action), first
-            )[0]
-        extras = {"log_prob": log_prob}
-        if config.use_rollout_state:
-            extras[ROLLOUT_STATE] = carry
-        return to_box(action_spec, action), new_carry, extras
+        return action, new_carry, {"log_prob": log_prob, **learning.rollout_extras(config, carry)}
 
-    def policy_fn(state: SACState, timestep: TimeStep, carry, key, temperature):
-        policy_state, head_output = policy.step(
-            state.policy_params, carry["policy"], flat(timestep.observation), timestep.is_first()
-        )
-        action = tanh_gaussian(head_output).sample(key, temperature)
-        return to_box(action_spec, action), dict(carry, policy=policy_state)
-
-    def inputs_of(batch: Experience) -> Inputs:
-        first = batch.step_type == StepType.FIRST
-        if config.use_rollout_state:
-            recorded = extra(batch, ROLLOUT_STATE, "sac", "use_rollout_state")
-            start = jax.tree.map(lambda x: x[0], recorded)
-        else:
-            start = initial_carry(first.shape[1])
-        return Inputs(
-            observation=flat(batch.observation),
-            action=from_box(action_spec, batch.action),
-            first=first,
-            mask=restart_masks(first),
-            reward=batch.reward,
-            discount=batch.discount,
-            start=start,
-        )
-
-    def critic_states(params, inputs: Inputs):
-        """The critics' states before each step [2, S, B, ...] of their unroll on the taken
-        actions; () for feed-forward critics."""
-        if not critic.recurrent:
-            return ()
-        taken = critic_input(inputs.observation, inputs.action)
-        return critics_unroll(params, inputs.start["critic"], taken, inputs.first)[2]
-
-    def q_at(params, states, inputs: Inputs, actions, steps: slice):
-        """Q of both critics [2, len(steps), B] at ``actions`` [len(steps), B, d] in the
-        states of ``steps``."""
-        if critic.recurrent:
-            states = jax.tree.map(lambda s: s[:, steps], states)
-        x = critic_input(inputs.observation[steps], actions)
-        return critics_step(params, states, x, inputs.first[steps])[1]
-
-    def policy_samples(policy_params, inputs: Inputs, key):
-        """Reparameterised actions [S, B, d] of the policy at every step, and their
-        log-probabilities [S, B]."""
-        head_output = policy.unroll(
-            policy_params, inputs.start["policy"], inputs.observation, inputs.first
-        )[1]
-        actions, log_probs = sample_with_log_prob(head_output, key, 1)
-        return actions[0], log_probs[0]
-
-    def targets(state: SACState, inputs: Inputs, next_actions, next_log_prob, gamma):
-        """(soft targets [T, B], target critics' Q [2, T, B]) for the sampled next actions."""
-        alpha = jnp.exp(state.log_alpha)
-        states = critic_states(state.target_critic_params, inputs)
-        next_q = q_at(state.target_critic_params, states, inputs, next_actions, slice(1, None))
-        target = soft_target(
-            inputs.reward[1:], gamma * inputs.discount[1:], next_q, next_log_prob, alpha
-        )
-        return target, next_q
-
-    def critic_loss(critic_params, inputs: Inputs, target):
-        states = critic_states(critic_params, inputs)
-        online_q = q_at(critic_params, states, inputs, inputs.action[:-1], slice(None, -1))
-        return critic_loss_from(online_q, target, inputs.mask), online_q
-
-    def policy_loss(policy_params, state: SACState, inputs: Inputs, key):
-        """The policy's loss and, as aux, its samples' log-probabilities [S, B] and actions."""
-        actions, log_probs = policy_samples(policy_params, inputs, key)
-        critic_params = jax.lax.stop_gradient(state.critic_params)
-        states = critic_states(critic_params, inputs)
-        q = q_at(critic_params, states, inputs, actions[:-1], slice(None, -1))
-        alpha = jnp.exp(state.log_alpha)
-        loss = policy_loss_from(q, log_probs[:-1], alpha, inputs.mask)
-        return loss, (log_probs, actions, q)
-
-    def terms(state: SACState, batch: Experience, key) -> Terms:
-        """Every intermediate of ``update`` on ``batch`` [S, B] with ``key``."""
-        inputs = inputs_of(batch)
-        gamma = hyper("discount", state.update_step, state.controls)
-        actions, log_probs = policy_samples(state.policy_params, inputs, key)
-        target, next_q = targets(state, inputs, actions[1:], log_probs[1:], gamma)
-        _, online_q = critic_loss(state.critic_params, inputs, target)
-        return Terms(
-            alpha=jnp.exp(state.log_alpha),
-            mask=inputs.mask,
-            next_q=next_q,
-            next_log_prob=log_probs[1:],
-            target=target,
-            online_q=online_q,
-            log_prob=log_probs[:-1],
-        )
-
-    def apply(name, grads, opt_state, params, rate):
-        updates, opt_state = optimizers[name].update(grads, opt_state, params)
-        return optax.apply_updates(params, learning.descend(updates, rate)), opt_state
+    def policy(state: SACState, timestep: TimeStep, carry, key, temperature):
+        return nets.evaluate(state.policy_params, timestep, carry, key, temperature)
 
     def update(state: SACState, batch: Experience, key):
         """One step of each optimiser on sequences [S, B]; Polyak targets on schedule."""
-        inputs = inputs_of(batch)
+        inputs = inputs_of(nets, config, batch)
         gamma = hyper("discount", state.update_step, state.controls)
         rate = hyper("learning_rate", state.update_step, state.controls)
         # One policy sample per step serves the policy loss (steps 0..T-1, with gradient) and
         # the next actions of the targets (steps 1..T, without).
         (policy_value, (log_probs, actions, q)), policy_grads = jax.value_and_grad(
             policy_loss, has_aux=True
-        )(state.policy_params, state, inputs, key)
+        )(state.policy_params, nets, state, inputs, key)
         log_probs, actions = jax.lax.stop_gradient((log_probs, actions))
-        target, next_q = targets(state, inputs, actions[1:], log_probs[1:], gamma)
+        target, next_q = targets(nets, state, inputs, actions[1:], log_probs[1:], gamma)
         (critic_value, online_q), critic_grads = jax.value_and_grad(critic_loss, has_aux=True)(
-            state.critic_params, inputs, target
+            state.critic_params, nets, inputs, target
         )
         alpha_value, alpha_grad = jax.value_and_grad(alpha_loss_from)(
             state.log_alpha, log_probs[:-1], target_entropy, inputs.mask
@@ -430,31 +320,29 @@ def _build(spec: EnvSpec, config: SACConfig, devices) -> tuple[Agent, Callable]:
         critic_grads, policy_grads, alpha_grad, metrics = parallel.device_mean(
             (critic_grads, policy_grads, alpha_grad, metrics)
         )
-        critic_params, critic_opt_state = apply(
-            "critic", critic_grads, state.critic_opt_state, state.critic_params, rate
+        critic_params, critic_opt_state = critic_optimizer.step(
+            critic_grads, state.critic_opt_state, state.critic_params, rate
         )
-        policy_params, policy_opt_state = apply(
-            "policy", policy_grads, state.policy_opt_state, state.policy_params, rate
+        policy_params, policy_opt_state = policy_optimizer.step(
+            policy_grads, state.policy_opt_state, state.policy_params, rate
         )
         if config.learn_alpha:
-            log_alpha, alpha_opt_state = apply(
-                "alpha", alpha_grad, state.alpha_opt_state, state.log_alpha, rate
+            log_alpha, alpha_opt_state = alpha_optimizer.step(
+                alpha_grad, state.alpha_opt_state, state.log_alpha, rate
             )
         else:
             log_alpha, alpha_opt_state = state.log_alpha, ()
         step = state.update_step + 1
-        polyak = optax.incremental_update(critic_params, state.target_critic_params, config.tau)
-        if config.target_update_period == 1:
-            target_critic_params = polyak
-        else:
-            due = step % config.target_update_period == 0
-            target_critic_params = jax.tree.map(
-                lambda new, old: jnp.where(due, new, old), polyak, state.target_critic_params
-            )
         new_state = SACState(
             policy_params=policy_params,
             critic_params=critic_params,
-            target_critic_params=target_critic_params,
+            target_critic_params=learning.target_update(
+                critic_params,
+                state.target_critic_params,
+                step,
+                config.target_update_period,
+                config.tau,
+            ),
             log_alpha=log_alpha,
             policy_opt_state=policy_opt_state,
             critic_opt_state=critic_opt_state,
@@ -474,29 +362,32 @@ def _build(spec: EnvSpec, config: SACConfig, devices) -> tuple[Agent, Callable]:
         metrics.update(hyper.metrics(state.update_step, state.controls))
         return new_state, metrics
 
-    agent = Agent(
+    return Agent(
         name="sac",
         config=config,
         spec=spec,
         unroll_length=config.unroll_length,
         init=init,
-        initial_carry=initial_carry,
+        initial_carry=nets.initial_carry,
         act=act,
-        policy=policy_fn,
+        policy=policy,
         params=lambda state: state.policy_params,
         **learning.off_policy_learning("sac", config, update, devices),
     )
-    return agent, terms
 
 
 __all__ = [
     "SACConfig",
     "SACState",
-    "Terms",
     "alpha_loss_from",
+    "critic_loss",
     "critic_loss_from",
+    "inputs_of",
     "make_sac",
-    "make_terms",
+    "networks",
+    "policy_loss",
     "policy_loss_from",
+    "policy_samples",
     "soft_target",
+    "targets",
 ]

@@ -41,18 +41,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from heron import ops, parallel
-from heron.agents import learning
-from heron.agents.actions import action_size, encode_action, from_box, tile, to_box
+from heron.agents import actor_critic, learning
+from heron.agents.actor_critic import ActorCritic, Sequences, sample_with_log_prob, tanh_gaussian
 from heron.agents.base import (
-    ROLLOUT_STATE,
     Agent,
     ConfigError,
     MissingExtrasError,
@@ -63,12 +60,10 @@ from heron.agents.base import (
     warn_zero_start,
 )
 from heron.agents.crr import acme_network
-from heron.agents.learning import restart_masks, sample_with_log_prob, tanh_gaussian
 from heron.configs import integer, number, registered, scheduled
-from heron.networks import DenseHead, PolicyHead, flat_observation, make_network
-from heron.networks.network import Network, NetworkConfig
+from heron.networks.network import NetworkConfig
 from heron.specs import EnvSpec
-from heron.types import Experience, StepType, TimeStep
+from heron.types import Experience, TimeStep
 
 MIN_RHO = 1e-20  # added to importance weights before the log (Acme's _MIN_LOG_VAL)
 
@@ -214,43 +209,142 @@ def behaviour_log_prob(experience: Experience):
     )
 
 
-# --------------------------------------------------------------------------- the agent
+# --------------------------------------------------------------------------- the losses
 
 
-class Inputs(NamedTuple):
-    """A sampled batch as the losses read it: [S, B] time-major, S = T+1."""
-
-    observation: Any  # [S, B, obs] flat
-    action: Any  # [S, B, d] in [-1, 1]
-    first: Any  # bool [S, B]
-    mask: Any  # [T, B]: 0 for the restart transitions
-    reward: Any  # [S, B]
-    discount: Any  # [S, B]
-    behaviour_log_prob: Any  # [S, B]
-    start: Any  # {"policy", "critic", "prior"}: core states the unrolls start from
+def networks(spec: EnvSpec, config: SVG0Config) -> ActorCritic:
+    """The tanh-Gaussian policy (and prior: another network of its shape) on flat
+    observations; the scalar critic on flat observations and actions in [-1, 1]."""
+    return actor_critic.networks(spec, config.network, None)
 
 
-class Terms(NamedTuple):
-    """What one update computes from a batch (for tests and metrics); [T, B] unless noted."""
+def initial_carry(networks: ActorCritic, config: SVG0Config, batch_size: int) -> dict:
+    carry = networks.initial_carry(batch_size)
+    if config.prior:
+        carry["prior"] = networks.policy.initial_state((batch_size,))
+    return carry
+
+
+def inputs_of(networks: ActorCritic, config: SVG0Config, batch: Experience) -> Sequences:
+    """``batch`` [S, B] as the losses read it, from the states recorded when acting under
+    ``use_rollout_state``, else from zeros."""
+    start = learning.start_state(
+        config, "svg0", batch, lambda size: initial_carry(networks, config, size)
+    )
+    return networks.sequences(batch, start)
+
+
+class Targets(NamedTuple):
+    """The Retrace targets and what they are built from; [T, B] unless noted."""
 
     log_rhos: Any
-    mask: Any
     target_q: Any  # target critic at the taken actions [T+1, B]
     target_v: Any  # target V, KL-penalised with a prior, [T+1, B]
     kl_to_target_prior: Any  # KL(pi_online || prior_target) [T+1, B] (0 without a prior)
     retrace_qs: Any
-    online_q: Any
 
 
-def networks(spec: EnvSpec, config: SVG0Config) -> tuple[Network, Network]:
-    """(policy, critic): the tanh-Gaussian policy (and prior) on flat observations; the
-    scalar critic on flat observations and actions in [-1, 1]."""
-    observation_size = math.prod(spec.observation_shape)
-    policy = make_network(config.network, PolicyHead(spec.action, std="state"), observation_size)
-    critic = make_network(
-        config.network, DenseHead((), None), observation_size + action_size(spec.action)
+def expected_q(networks: ActorCritic, critic_params, critic_states, inputs: Sequences, actions):
+    """mean_n Q(s_t, a_n) [S, B] for sampled actions [N, S, B, d]."""
+    q = networks.critics.candidates(
+        critic_params, critic_states, inputs.observation, inputs.first, actions
+    )[1]
+    return jnp.mean(q, axis=0)
+
+
+def kl_to_target_prior(
+    networks: ActorCritic, config: SVG0Config, state: SVG0State, head_output, inputs: Sequences
+):
+    """KL(pi_online || prior_target) [S, B]; exactly 0 without a prior."""
+    if not config.prior:
+        return jnp.zeros(inputs.first.shape, jnp.float32)
+    prior_output = networks.head_outputs(state.target_prior_params, inputs, "prior")
+    return tanh_gaussian(head_output).kl(tanh_gaussian(prior_output))
+
+
+def targets(
+    networks: ActorCritic,
+    config: SVG0Config,
+    state: SVG0State,
+    inputs: Sequences,
+    behaviour_log_prob,
+    key,
+    gamma,
+):
+    """(Targets, the target critic's states before each step) at discount ``gamma``, from
+    ``behaviour_log_prob`` [S, B] recorded when acting (no gradient flows out)."""
+    target_output = networks.head_outputs(state.target_policy_params, inputs)
+    target_q, critic_states = networks.critic_unroll(state.target_critic_params, inputs)
+    samples, _ = sample_with_log_prob(target_output, key, config.num_action_samples)
+    target_v = expected_q(networks, state.target_critic_params, critic_states, inputs, samples)
+    online_output = networks.head_outputs(state.policy_params, inputs)
+    kl = kl_to_target_prior(networks, config, state, online_output, inputs)
+    target_v = target_v - config.distillation_cost * kl
+    log_rhos = log_importance_weights(
+        tanh_gaussian(target_output).log_prob(inputs.action), behaviour_log_prob, inputs.mask
     )
-    return policy, critic
+    qs = retrace_targets(
+        log_rhos,
+        gamma * inputs.discount[1:],
+        inputs.reward[1:],
+        target_q[:-1],
+        target_v,
+        config.retrace_lambda,
+    )
+    found = Targets(
+        log_rhos=log_rhos,
+        target_q=target_q,
+        target_v=target_v,
+        kl_to_target_prior=kl,
+        retrace_qs=qs,
+    )
+    return jax.lax.stop_gradient((found, critic_states))
+
+
+def critic_loss(critic_params, networks: ActorCritic, inputs: Sequences, retrace_qs):
+    """The critic's loss and, as aux, its Q at the taken actions [T, B]."""
+    online_q, _ = networks.critic_unroll(critic_params, inputs)
+    loss = critic_loss_from(retrace_qs, online_q[:-1], inputs.mask)
+    return loss, online_q[:-1]
+
+
+def policy_and_prior_loss(
+    params,
+    networks: ActorCritic,
+    config: SVG0Config,
+    state: SVG0State,
+    inputs: Sequences,
+    critic_states,
+    key,
+):
+    """The policy's loss plus the prior's on ``params`` = (policy, prior); each gets the
+    gradient of its own part only (the prior's loss sees the policy without gradient; the
+    policy's the target prior). Aux: the metrics."""
+    policy_params, prior_params = params
+    head_output = networks.head_outputs(policy_params, inputs)
+    actions, log_probs = sample_with_log_prob(head_output, key, config.num_action_samples)
+    q = expected_q(networks, state.target_critic_params, critic_states, inputs, actions)
+    entropy = -jnp.mean(log_probs, axis=0)
+    kl = kl_to_target_prior(networks, config, state, head_output, inputs)
+    policy_loss = policy_loss_from(
+        q, entropy, kl, inputs.mask, config.entropy_cost, config.distillation_cost
+    )
+    metrics = {
+        "loss/policy": policy_loss,
+        "svg0/expected_q": masked_mean(q[:-1], inputs.mask),
+        "svg0/entropy": masked_mean(entropy[:-1], inputs.mask),
+    }
+    if not config.prior:
+        return policy_loss, metrics
+    prior_output = networks.head_outputs(prior_params, inputs, "prior")
+    prior_kl = tanh_gaussian(jax.lax.stop_gradient(head_output)).kl(tanh_gaussian(prior_output))
+    prior_loss = masked_mean(prior_kl[:-1], inputs.mask)
+    metrics["loss/prior"] = prior_loss
+    metrics["svg0/kl_to_target_prior"] = masked_mean(kl[:-1], inputs.mask)
+    return policy_loss + prior_loss, metrics
+
+
+# --------------------------------------------------------------------------- the agent
 
 
 def make_svg0(spec: EnvSpec, config: SVG0Config, devices=None, collects: bool = True) -> Agent:
@@ -260,246 +354,104 @@ def make_svg0(spec: EnvSpec, config: SVG0Config, devices=None, collects: bool = 
             "svg0.exploration_noise widens the policy that collects experience, and this run "
             "collects none (it learns from a dataset): remove the option"
         )
-    return _build(spec, config, devices)[0]
-
-
-def make_terms(spec: EnvSpec, config: SVG0Config) -> Callable:
-    """``terms(state, batch [S, B], key) -> Terms``: the intermediates ``update`` computes
-    from the same arguments, for states of ``make_svg0(spec, config)``."""
-    return _build(spec, config, None)[1]
-
-
-def _build(spec: EnvSpec, config: SVG0Config, devices) -> tuple[Agent, Callable]:
-    action_spec = spec.action
-    if action_spec.is_discrete:
+    if spec.action.is_discrete:
         raise ConfigError(
             "svg0 needs continuous (Box) actions: it differentiates Q through reparameterised "
             "actions; use ppo or crr for discrete action spaces"
         )
     warn_zero_start(config, "svg0")
-    policy, critic = networks(spec, config)
+    nets = networks(spec, config)
     names = ("policy", "critic", "prior") if config.prior else ("policy", "critic")
     hyper = learning.Hyperparameters(
         config, ("discount", *(f"{name}_learning_rate" for name in names))
     )
-    clip = (
-        []
-        if math.isinf(config.max_grad_norm)
-        else [optax.clip_by_global_norm(config.max_grad_norm)]
-    )
-    optimizers = {name: optax.chain(*clip, learning.direction(config)) for name in names}
-    num_samples = config.num_action_samples
-
-    def flat(observation):
-        return flat_observation(spec.observation_shape, observation)
-
-    def critic_input(observation, action):
-        return jnp.concatenate([observation, encode_action(action_spec, action)], axis=-1)
+    optimizers = {name: learning.optimizer(config) for name in names}
 
     def init(key) -> SVG0State:
         policy_key, critic_key, prior_key = jax.random.split(key, 3)
-        policy_params = policy.init(policy_key)
-        critic_params = critic.init(critic_key)
-        prior_params = policy.init(prior_key) if config.prior else ()
+        policy_params = nets.policy.init(policy_key)
+        critic_params = nets.critics.init(critic_key)
+        prior_params = nets.policy.init(prior_key) if config.prior else ()
         return SVG0State(
-            policy_params,
-            critic_params,
-            prior_params,
-            policy_params,
-            critic_params,
-            prior_params,
-            optimizers["policy"].init(policy_params),
-            optimizers["critic"].init(critic_params),
-            optimizers["prior"].init(prior_params) if config.prior else (),
-            jnp.zeros((), jnp.int32),
-            hyper.initial_controls(),
+            policy_params=policy_params,
+            critic_params=critic_params,
+            prior_params=prior_params,
+            target_policy_params=policy_params,
+            target_critic_params=critic_params,
+            target_prior_params=prior_params,
+            policy_opt_state=optimizers["policy"].init(policy_params),
+            critic_opt_state=optimizers["critic"].init(critic_params),
+            prior_opt_state=optimizers["prior"].init(prior_params) if config.prior else (),
+            update_step=jnp.zeros((), jnp.int32),
+            controls=hyper.initial_controls(),
         )
 
-    def initial_carry(batch_size):
-        shape = (batch_size,)
-        nets = {"policy": policy, "critic": critic, "prior": policy}
-        return {name: nets[name].initial_state(shape) for name in names}
+    def behaviour(head_output):
+        return tanh_gaussian(with_exploration_noise(head_output, config.exploration_noise))
 
     def act(state: SVG0State, timestep: TimeStep, carry, key):
-        observation, first = flat(timestep.observation), timestep.is_first()
-        policy_state, head_output = policy.step(
-            state.policy_params, carry["policy"], observation, first
+        action, log_prob, new_carry = nets.act(
+            state.policy_params, state.critic_params, timestep, carry, key, behaviour
         )
-        behaviour = tanh_gaussian(with_exploration_noise(head_output, config.exploration_noise))
-        action, log_prob = behaviour.sample_and_log_prob(key)
-        new_carry = {"policy": policy_state, "critic": carry["critic"]}
-        if critic.recurrent:  # every network's memory follows the steps taken
-            new_carry["critic"] = critic.step(
-                state.critic_params, carry["critic"], critic_input(observation, action), first
-            )[0]
         if config.prior:
-            new_carry["prior"] = policy.step(
+            observation, first = nets.flat(timestep.observation), timestep.is_first()
+            new_carry["prior"] = nets.policy.step(
                 state.prior_params, carry["prior"], observation, first
             )[0]
-        extras = {"log_prob": log_prob}
-        if config.use_rollout_state:
-            extras[ROLLOUT_STATE] = carry
-        return to_box(action_spec, action), new_carry, extras
+        return action, new_carry, {"log_prob": log_prob, **learning.rollout_extras(config, carry)}
 
-    def policy_fn(state: SVG0State, timestep: TimeStep, carry, key, temperature):
-        policy_state, head_output = policy.step(
-            state.policy_params, carry["policy"], flat(timestep.observation), timestep.is_first()
-        )
-        action = tanh_gaussian(head_output).sample(key, temperature)
-        return to_box(action_spec, action), dict(carry, policy=policy_state)
+    def policy(state: SVG0State, timestep: TimeStep, carry, key, temperature):
+        return nets.evaluate(state.policy_params, timestep, carry, key, temperature)
 
-    def inputs_of(batch: Experience) -> Inputs:
-        first = batch.step_type == StepType.FIRST
-        if config.use_rollout_state:
-            recorded = extra(batch, ROLLOUT_STATE, "svg0", "use_rollout_state")
-            start = jax.tree.map(lambda x: x[0], recorded)
-        else:
-            start = initial_carry(first.shape[1])
-        return Inputs(
-            observation=flat(batch.observation),
-            action=from_box(action_spec, batch.action),
-            first=first,
-            mask=restart_masks(first),
-            reward=batch.reward,
-            discount=batch.discount,
-            behaviour_log_prob=behaviour_log_prob(batch),
-            start=start,
-        )
-
-    def policy_unroll(params, name: str, inputs: Inputs):
-        """Head outputs [S, B] of a policy-shaped network (policy or prior)."""
-        return policy.unroll(params, inputs.start[name], inputs.observation, inputs.first)[1]
-
-    def critic_unroll(params, inputs: Inputs):
-        """(Q at the taken actions [S, B], the critic's state before each step)."""
-        taken = critic_input(inputs.observation, inputs.action)
-        _, q, states = critic.unroll(params, inputs.start["critic"], taken, inputs.first)
-        return q, states
-
-    def expected_q(critic_params, critic_states, inputs: Inputs, actions):
-        """mean_n Q(s_t, a_n) [S, B] for sampled actions [N, S, B, d]."""
-        q = critic.step(
-            critic_params,
-            tile(num_samples, critic_states),
-            critic_input(tile(num_samples, inputs.observation), actions),
-            tile(num_samples, inputs.first),
-        )[1]
-        return jnp.mean(q, axis=0)
-
-    def kl_to_target_prior(state: SVG0State, head_output, inputs: Inputs):
-        """KL(pi_online || prior_target) [S, B]; exactly 0 without a prior."""
-        if not config.prior:
-            return jnp.zeros(inputs.first.shape, jnp.float32)
-        prior_output = policy_unroll(state.target_prior_params, "prior", inputs)
-        return tanh_gaussian(head_output).kl(tanh_gaussian(prior_output))
-
-    def targets(state: SVG0State, inputs: Inputs, key, gamma):
-        """The Retrace targets and what they are built from (no gradient flows out)."""
-        target_output = policy_unroll(state.target_policy_params, "policy", inputs)
-        target_q, critic_states = critic_unroll(state.target_critic_params, inputs)
-        samples, _ = sample_with_log_prob(target_output, key, num_samples)
-        target_v = expected_q(state.target_critic_params, critic_states, inputs, samples)
-        online_output = policy_unroll(state.policy_params, "policy", inputs)
-        kl = kl_to_target_prior(state, online_output, inputs)
-        target_v = target_v - config.distillation_cost * kl
-        log_rhos = log_importance_weights(
-            tanh_gaussian(target_output).log_prob(inputs.action),
-            inputs.behaviour_log_prob,
-            inputs.mask,
-        )
-        qs = retrace_targets(
-            log_rhos,
-            gamma * inputs.discount[1:],
-            inputs.reward[1:],
-            target_q[:-1],
-            target_v,
-            config.retrace_lambda,
-        )
-        partial = Terms(log_rhos, inputs.mask, target_q, target_v, kl, qs, None)
-        return jax.lax.stop_gradient((partial, critic_states))
-
-    def critic_loss(critic_params, inputs: Inputs, retrace_qs):
-        online_q, _ = critic_unroll(critic_params, inputs)
-        loss = critic_loss_from(retrace_qs, online_q[:-1], inputs.mask)
-        return loss, online_q[:-1]
-
-    def policy_and_prior_loss(params, state: SVG0State, inputs: Inputs, critic_states, key):
-        """The policy's loss plus the prior's; each gets the gradient of its own part only
-        (the prior's loss sees the policy without gradient; the policy's the target prior)."""
-        policy_params, prior_params = params
-        head_output = policy_unroll(policy_params, "policy", inputs)
-        actions, log_probs = sample_with_log_prob(head_output, key, num_samples)
-        q = expected_q(state.target_critic_params, critic_states, inputs, actions)
-        entropy = -jnp.mean(log_probs, axis=0)
-        kl = kl_to_target_prior(state, head_output, inputs)
-        policy_loss = policy_loss_from(
-            q, entropy, kl, inputs.mask, config.entropy_cost, config.distillation_cost
-        )
-        metrics = {
-            "loss/policy": policy_loss,
-            "svg0/expected_q": masked_mean(q[:-1], inputs.mask),
-            "svg0/entropy": masked_mean(entropy[:-1], inputs.mask),
-        }
-        if not config.prior:
-            return policy_loss, metrics
-        prior_output = policy_unroll(prior_params, "prior", inputs)
-        prior_kl = tanh_gaussian(jax.lax.stop_gradient(head_output)).kl(tanh_gaussian(prior_output))
-        prior_loss = masked_mean(prior_kl[:-1], inputs.mask)
-        metrics["loss/prior"] = prior_loss
-        metrics["svg0/kl_to_target_prior"] = masked_mean(kl[:-1], inputs.mask)
-        return policy_loss + prior_loss, metrics
-
-    def terms(state: SVG0State, batch: Experience, key) -> Terms:
-        """Every intermediate of ``update`` on ``batch`` [S, B] with ``key``."""
-        inputs = inputs_of(batch)
-        target_key, _ = jax.random.split(key)
-        gamma = hyper("discount", state.update_step, state.controls)
-        partial, _ = targets(state, inputs, target_key, gamma)
-        _, online_q = critic_loss(state.critic_params, inputs, partial.retrace_qs)
-        return partial._replace(online_q=online_q)
-
-    def apply(name, grads, opt_state, params, state: SVG0State):
-        updates, opt_state = optimizers[name].update(grads, opt_state, params)
+    def step(name: str, grads, opt_state, params, state: SVG0State):
         rate = hyper(f"{name}_learning_rate", state.update_step, state.controls)
-        return optax.apply_updates(params, learning.descend(updates, rate)), opt_state
+        return optimizers[name].step(grads, opt_state, params, rate)
 
     def update(state: SVG0State, batch: Experience, key):
         """One step of each optimiser on sequences [S, B]; hard target copies on schedule."""
         target_key, policy_key = jax.random.split(key)
-        inputs = inputs_of(batch)
+        inputs = inputs_of(nets, config, batch)
         gamma = hyper("discount", state.update_step, state.controls)
-        partial, critic_states = targets(state, inputs, target_key, gamma)
+        found, critic_states = targets(
+            nets, config, state, inputs, behaviour_log_prob(batch), target_key, gamma
+        )
         (critic_value, _), critic_grads = jax.value_and_grad(critic_loss, has_aux=True)(
-            state.critic_params, inputs, partial.retrace_qs
+            state.critic_params, nets, inputs, found.retrace_qs
         )
         (policy_grads, prior_grads), policy_metrics = jax.grad(policy_and_prior_loss, has_aux=True)(
-            (state.policy_params, state.prior_params), state, inputs, critic_states, policy_key
+            (state.policy_params, state.prior_params),
+            nets,
+            config,
+            state,
+            inputs,
+            critic_states,
+            policy_key,
         )
         metrics = {
             "loss/critic": critic_value,
             **policy_metrics,
-            "svg0/rho": masked_mean(jnp.minimum(jnp.exp(partial.log_rhos), 1.0), partial.mask),
-            "svg0/target_v": masked_mean(partial.target_v[:-1], partial.mask),
+            "svg0/rho": masked_mean(jnp.minimum(jnp.exp(found.log_rhos), 1.0), inputs.mask),
+            "svg0/target_v": masked_mean(found.target_v[:-1], inputs.mask),
         }
         critic_grads, policy_grads, prior_grads, metrics = parallel.device_mean(
             (critic_grads, policy_grads, prior_grads, metrics)
         )
-        critic_params, critic_opt_state = apply(
+        critic_params, critic_opt_state = step(
             "critic", critic_grads, state.critic_opt_state, state.critic_params, state
         )
-        policy_params, policy_opt_state = apply(
+        policy_params, policy_opt_state = step(
             "policy", policy_grads, state.policy_opt_state, state.policy_params, state
         )
         if config.prior:
-            prior_params, prior_opt_state = apply(
+            prior_params, prior_opt_state = step(
                 "prior", prior_grads, state.prior_opt_state, state.prior_params, state
             )
         else:
             prior_params, prior_opt_state = (), ()
-        step = state.update_step + 1
+        updates = state.update_step + 1
 
-        def target(online, old):  # hard copies every target_update_period updates
-            return optax.periodic_update(online, old, step, config.target_update_period)
+        def target(online, old):  # hard copies after updates P, 2P, ...
+            return learning.target_update(online, old, updates, config.target_update_period)
 
         new_state = SVG0State(
             policy_params=policy_params,
@@ -511,7 +463,7 @@ def _build(spec: EnvSpec, config: SVG0Config, devices) -> tuple[Agent, Callable]
             policy_opt_state=policy_opt_state,
             critic_opt_state=critic_opt_state,
             prior_opt_state=prior_opt_state,
-            update_step=step,
+            update_step=updates,
             controls=state.controls,
         )
         metrics.update(
@@ -527,19 +479,29 @@ def _build(spec: EnvSpec, config: SVG0Config, devices) -> tuple[Agent, Callable]
         metrics.update(hyper.metrics(state.update_step, state.controls))
         return new_state, metrics
 
-    agent = Agent(
+    return Agent(
         name="svg0",
         config=config,
         spec=spec,
         unroll_length=config.unroll_length,
         init=init,
-        initial_carry=initial_carry,
+        initial_carry=lambda batch_size: initial_carry(nets, config, batch_size),
         act=act,
-        policy=policy_fn,
+        policy=policy,
         params=lambda state: state.policy_params,
         **learning.off_policy_learning("svg0", config, update, devices),
     )
-    return agent, terms
 
 
-__all__ = ["MissingExtrasError", "SVG0Config", "SVG0State", "Terms", "make_svg0", "make_terms"]
+__all__ = [
+    "MissingExtrasError",
+    "SVG0Config",
+    "SVG0State",
+    "Targets",
+    "critic_loss",
+    "inputs_of",
+    "make_svg0",
+    "networks",
+    "policy_and_prior_loss",
+    "targets",
+]

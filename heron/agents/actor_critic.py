@@ -1,0 +1,224 @@
+"""The networks of the actor-critic agents: critics Q(s, a) on the flat observation beside
+the encoded action (CRR, SAC, SVG0; TD3's twin critics), and a tanh-Gaussian policy with its
+critics (SAC, SVG0).
+
+Sequences are time-major [S, B] as the agents' updates read them. With a recurrent core
+every network unrolls over a sequence from its start state; ``Critics.states`` are the
+critics' states before each step of their unroll on the actions taken, from which
+``Critics.step`` and ``Critics.candidates`` evaluate other actions (the policy's samples).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from heron import parallel
+from heron.agents.actions import action_size, encode_action, from_box, tile, to_box
+from heron.agents.learning import restart_masks
+from heron.networks import (
+    DenseHead,
+    Network,
+    NetworkConfig,
+    PolicyHead,
+    distributions,
+    flat_observation,
+    make_network,
+)
+from heron.specs import ActionSpec, EnvSpec
+from heron.types import Experience, StepType, TimeStep
+
+
+def tanh_gaussian(head_output) -> distributions.TanhGaussian:
+    return distributions.TanhGaussian(head_output["mean"], head_output["log_std"])
+
+
+def sample_with_log_prob(head_output, key, count):
+    """``count`` reparameterised tanh-Gaussian samples per distribution and their log-probs:
+    {mean, log_std} [T, B, d] -> actions [count, T, B, d], log_probs [count, T, B]. Each
+    sequence (b) draws from its own key, the same draws however the B sequences are split
+    over devices."""
+    keys = parallel.example_keys(key, head_output["mean"].shape[1])
+
+    def one_sequence(params, sequence_key):  # [T, d] -> [count, T, d], [count, T]
+        return tanh_gaussian(params).sample_and_log_prob(sequence_key, sample_shape=(count,))
+
+    return jax.vmap(one_sequence, in_axes=(1, 0), out_axes=(2, 2))(head_output, keys)
+
+
+@dataclasses.dataclass(frozen=True)
+class Critics:
+    """Q networks on flat observations beside encoded actions (``actions.encode_action``):
+    one ``network`` (``count`` None), or ``count`` copies of it vmapped over stacked
+    parameters, states and outputs [count, ...] (twin critics)."""
+
+    network: Network
+    action_spec: ActionSpec
+    count: int | None = None
+
+    @property
+    def recurrent(self) -> bool:
+        return self.network.recurrent
+
+    def input(self, observation, action):
+        return jnp.concatenate([observation, encode_action(self.action_spec, action)], axis=-1)
+
+    def _each(self, function):
+        """``function(params, state, x, first)`` of every critic on the same inputs."""
+        if self.count is None:
+            return function
+        return jax.vmap(function, in_axes=(0, 0, None, None))
+
+    def init(self, key):
+        if self.count is None:
+            return self.network.init(key)
+        return jax.vmap(self.network.init)(jax.random.split(key, self.count))
+
+    def initial_state(self, batch_shape: tuple[int, ...]):
+        if self.count is None:
+            return self.network.initial_state(batch_shape)
+        return self.network.initial_state((self.count, *batch_shape))
+
+    def step(self, params, state, observation, action, first):
+        """(states after, Q) at one step, or at every step of [T, ...] from the states before
+        each (``states``)."""
+        return self._each(self.network.step)(params, state, self.input(observation, action), first)
+
+    def unroll(self, params, start, observation, action, first):
+        """(final states, Q [T, ...], states before each step) over sequences [T, ...]."""
+        x = self.input(observation, action)
+        return self._each(self.network.unroll)(params, start, x, first)
+
+    def states(self, params, start, observation, action, first):
+        """The states before each step of the unroll on ``action`` [T, ...]; () for
+        feed-forward critics."""
+        if not self.recurrent:
+            return ()
+        return self.unroll(params, start, observation, action, first)[2]
+
+    def at_steps(self, states, steps: slice):
+        """``states`` before the steps ``steps`` of their sequences."""
+        if self.count is None:
+            return jax.tree.map(lambda s: s[steps], states)
+        return jax.tree.map(lambda s: s[:, steps], states)
+
+    def candidates(self, params, states, observation, first, actions):
+        """(states after, Q) of N candidate actions [N, ...] per step, each from the state
+        before it (observation, first and states without the candidates' axis)."""
+        count = jax.tree.leaves(actions)[0].shape[0]
+
+        def each(params, states, observation, first):
+            x = self.input(tile(count, observation), actions)
+            return self.network.step(params, tile(count, states), x, tile(count, first))
+
+        return self._each(each)(params, states, observation, first)
+
+
+class Sequences(NamedTuple):
+    """A sampled batch as the losses read it: [S, B] time-major, S = T+1."""
+
+    observation: Any  # [S, B, obs] flat
+    action: Any  # [S, B, d] in [-1, 1]
+    first: Any  # bool [S, B]
+    mask: Any  # [T, B]: 0 for the restart transitions (``heron.ops.restart_mask``)
+    reward: Any  # [S, B]
+    discount: Any  # [S, B]
+    start: Any  # {network: core state the unroll starts from}
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorCritic:
+    """A tanh-Gaussian policy on flat observations and its critics, on Box actions squashed
+    to [-1, 1]^d (SAC, SVG0)."""
+
+    spec: EnvSpec
+    policy: Network
+    critics: Critics
+
+    def flat(self, observation):
+        return flat_observation(self.spec.observation_shape, observation)
+
+    def initial_carry(self, batch_size: int) -> dict:
+        return {
+            "policy": self.policy.initial_state((batch_size,)),
+            "critic": self.critics.initial_state((batch_size,)),
+        }
+
+    def act(self, policy_params, critic_params, timestep: TimeStep, carry, key, behaviour=None):
+        """One step of the behaviour policy (``behaviour(head output)`` -> distribution,
+        default the policy's tanh-Gaussian): (action in the Box, its log-probability, the
+        carry with the policy's and the critics' states after it)."""
+        observation, first = self.flat(timestep.observation), timestep.is_first()
+        policy_state, head_output = self.policy.step(
+            policy_params, carry["policy"], observation, first
+        )
+        action, log_prob = (behaviour or tanh_gaussian)(head_output).sample_and_log_prob(key)
+        new_carry = dict(carry, policy=policy_state)
+        if self.critics.recurrent:  # every network's memory follows the steps taken
+            new_carry["critic"] = self.critics.step(
+                critic_params, carry["critic"], observation, action, first
+            )[0]
+        return to_box(self.spec.action, action), log_prob, new_carry
+
+    def evaluate(self, policy_params, timestep: TimeStep, carry, key, temperature):
+        """The policy at ``temperature`` (0: its mode): (action in the Box, carry)."""
+        policy_state, head_output = self.policy.step(
+            policy_params, carry["policy"], self.flat(timestep.observation), timestep.is_first()
+        )
+        action = tanh_gaussian(head_output).sample(key, temperature)
+        return to_box(self.spec.action, action), dict(carry, policy=policy_state)
+
+    def sequences(self, batch: Experience, start) -> Sequences:
+        first = batch.step_type == StepType.FIRST
+        return Sequences(
+            observation=self.flat(batch.observation),
+            action=from_box(self.spec.action, batch.action),
+            first=first,
+            mask=restart_masks(first),
+            reward=batch.reward,
+            discount=batch.discount,
+            start=start,
+        )
+
+    def head_outputs(self, params, inputs: Sequences, name: str = "policy"):
+        """Head outputs [S, B] of a policy-shaped network (the policy, or SVG0's prior) from
+        its start state ``inputs.start[name]``."""
+        return self.policy.unroll(params, inputs.start[name], inputs.observation, inputs.first)[1]
+
+    def critic_unroll(self, params, inputs: Sequences):
+        """(Q at the taken actions [..., S, B], the critics' states before each step)."""
+        _, q, states = self.critics.unroll(
+            params, inputs.start["critic"], inputs.observation, inputs.action, inputs.first
+        )
+        return q, states
+
+    def critic_states(self, params, inputs: Sequences):
+        """The critics' states before each step of their unroll on the taken actions; ()
+        for feed-forward critics."""
+        return self.critics.states(
+            params, inputs.start["critic"], inputs.observation, inputs.action, inputs.first
+        )
+
+
+def policy_and_critic(
+    spec: EnvSpec, config: NetworkConfig, critic_head: nn.Module
+) -> tuple[Network, Network]:
+    """A policy of ``config``'s shape on flat observations (``PolicyHead``, state-dependent
+    std) and a critic of that shape ending in ``critic_head`` on flat observations beside
+    encoded actions."""
+    observation_size = math.prod(spec.observation_shape)
+    policy = make_network(config, PolicyHead(spec.action, std="state"), observation_size)
+    critic = make_network(config, critic_head, observation_size + action_size(spec.action))
+    return policy, critic
+
+
+def networks(spec: EnvSpec, config: NetworkConfig, num_critics: int | None) -> ActorCritic:
+    """The tanh-Gaussian policy and scalar critics of ``config``'s shape: ``num_critics``
+    stacked, or one (None)."""
+    policy, critic = policy_and_critic(spec, config, DenseHead((), None))
+    return ActorCritic(spec, policy, Critics(critic, spec.action, num_critics))
