@@ -85,3 +85,20 @@ def first_step(observation, batch_shape) -> TimeStep:
         discount=jnp.ones(batch_shape, jnp.float32),
         observation=observation,
     )
+
+
+class MissingExtrasError(ValueError):
+    """Experience without what the behaviour policy must have recorded."""
+
+
+def extra(experience, name: str, agent: str, why: str):
+    """``experience.extras[name]``, or a clear error when the experience lacks it (e.g. a
+    dataset collected by another policy)."""
+    extras = experience.extras
+    if not isinstance(extras, dict) or name not in extras:
+        names = sorted(extras) if isinstance(extras, dict) else []
+        raise MissingExtrasError(
+            f"{agent} needs extras[{name!r}] in its experience ({why}); this experience has "
+            f"extras {names}"
+        )
+    return extras[name]

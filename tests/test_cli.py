@@ -73,7 +73,11 @@ def test_train_eval_and_metrics_through_the_real_entry_point(tmp_path):
             "eval_temperatures must be one or more finite",
         ),
         (["train", "ppo", "--ppo.gae-lambda", "-0.5"], "ppo.gae_lambda must be in [0, 1]"),
-        (["train", "ppo", "--ppo.epsilon", "0"], "ppo.epsilon must be > 0, got 0.0"),
+        (["train", "ppo", "--ppo.clip-range", "0"], "ppo.clip_range must be > 0, got 0.0"),
+        (
+            ["train", "ppo", "--ppo.epsilon", "0.1"],
+            "--ppo.epsilon is no longer an option: use --ppo.clip_range",
+        ),
         (["train", "ppo", "--steps", "0"], "steps must be >= 1, got 0"),
         (
             ["train", "ppo", "--ppo.batch-size", "300"],

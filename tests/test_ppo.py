@@ -258,7 +258,7 @@ def _whole_batch_kl(agent, params, unroll):
         ("discount", 1.5, r"ppo.discount must be in \[0, 1\], got 1.5"),
         ("discount", -0.1, r"ppo.discount must be in \[0, 1\]"),
         ("gae_lambda", 2.0, r"ppo.gae_lambda must be in \[0, 1\], got 2.0"),
-        ("epsilon", 0.0, r"ppo.epsilon must be > 0, got 0.0"),
+        ("clip_range", 0.0, r"ppo.clip_range must be > 0, got 0.0"),
         ("learning_rate", -1.0, "ppo.learning_rate must be > 0"),
         ("num_epochs", 0, "ppo.num_epochs must be >= 1"),
         ("batch_size", 0, "ppo.batch_size must be >= 1"),
@@ -297,14 +297,16 @@ def test_unknown_algorithm():
 
 
 def test_scheduled_hyperparameters_follow_the_optimiser_step():
-    config = PPOConfig(entropy_cost="linear(0.01, 0.0, 10)", epsilon="piecewise(0.3, 5, 0.1)")
+    config = PPOConfig(entropy_cost="linear(0.01, 0.0, 10)", clip_range="piecewise(0.3, 5, 0.1)")
     agent = compiled.make("ppo", _spec(gymnasium.spaces.Discrete(2)), config)
     state = agent.init(jax.random.PRNGKey(0))
     batch = _batch(agent, state)
     seen = []
     for _ in range(12):
         state, metrics = agent.update(state, batch, jax.random.PRNGKey(0))
-        seen.append((float(metrics["schedule/entropy_cost"]), float(metrics["schedule/epsilon"])))
+        seen.append(
+            (float(metrics["schedule/entropy_cost"]), float(metrics["schedule/clip_range"]))
+        )
     np.testing.assert_allclose(
         [s[0] for s in seen], [max(0.01 * (1 - u / 10), 0.0) for u in range(12)], atol=1e-7
     )

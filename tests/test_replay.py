@@ -180,7 +180,7 @@ def test_uniform_rate_limit_matches_a_counting_reference(ratio, min_size, adds):
     """Once min_size steps are stored, every step added earns ``ratio`` samples; the learner
     takes every whole sample earned (a plain float counter is the reference)."""
     num_envs = 4
-    replay = UniformReplay(num_envs, 50, 2, 1, min_size=min_size, samples_per_step=ratio)
+    replay = UniformReplay(num_envs, 50, 2, 1, min_size=min_size, ratio=ratio)
     add, sample = jax.jit(replay.add), jax.jit(replay.sample)
     state, size, credit, taken = replay.init(one_step(num_envs)), 0, 0.0, []
     for t, num_steps in enumerate(adds):
@@ -199,7 +199,7 @@ def test_uniform_rate_limit_matches_a_counting_reference(ratio, min_size, adds):
 
 
 def test_uniform_without_a_rate_samples_as_often_as_asked():
-    replay = UniformReplay(1, 10, 2, 2)  # samples_per_step None: a fixed dataset
+    replay = UniformReplay(1, 10, 2, 2)  # ratio None: a fixed dataset
     state = replay.add(replay.init(one_step(1)), steps(1, 1, 5))
     for i in range(20):
         assert bool(replay.can_sample(state))

@@ -83,11 +83,19 @@ def test_boltzmann_resampling_serves_evaluation_too():
 
 def test_options_that_only_change_collection_are_refused_offline(tmp_path):
     spec = envs.make("gymnax:Pendulum-v1", 1).spec
-    with pytest.raises(ConfigError, match="crr.acting boltzmann sets how experience is collected"):
+    """One rule for every agent: what a config declares ``collecting`` is refused by name
+    when a run collects nothing, whatever else it sets."""
+    with pytest.raises(
+        ConfigError, match="crr.acting='boltzmann' sets how experience is collected"
+    ):
         compiled.make("crr", spec, CRRConfig(acting="boltzmann"), collects=False)
-    with pytest.raises(ConfigError, match="svg0.exploration_noise widens the policy"):
+    with pytest.raises(ConfigError, match="svg0.exploration_noise=0.2 widens the policy"):
         compiled.make("svg0", spec, agents.SVG0Config(exploration_noise=0.2), collects=False)
+    cartpole = envs.make("gymnax:CartPole-v1", 1).spec
+    with pytest.raises(ConfigError, match="dqn.epsilon=0.1 is the exploration rate"):
+        compiled.make("dqn", cartpole, agents.DQNConfig(epsilon=0.1), collects=False)
     assert compiled.make("crr", spec, CRRConfig(eval_acting="boltzmann"), collects=False)
+    assert compiled.make("dqn", cartpole, agents.DQNConfig(), collects=False)
 
 
 class NeverTerminates(CountingJaxEnv):

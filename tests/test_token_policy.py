@@ -15,10 +15,11 @@ from conftest import build
 import heron
 from heron import serialization
 from heron.agents import NetworkConfig, PPOConfig
-from heron.agents.ppo import TOKEN_VALID, TOKENS, advantages_per_control, clipped_surrogate
+from heron.agents.ppo import clipped_surrogate
 from heron.cli import main
 from heron.configs import ConfigError
 from heron.networks import tokens
+from heron.networks.token_policy import TOKEN_VALID, TOKENS
 from heron.networks.tokens import TokenConfig
 from heron.specs import ActionSpec, EnvSpec
 from heron.types import StepType, TimeStep
@@ -37,15 +38,21 @@ TINY_FLAGS = [
 
 
 @pytest.mark.parametrize("n_controls", [1, 3])
-def test_advantages_per_control_match_a_plain_loop(n_controls):
-    advantage = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)  # [T, B]
-    expected = np.zeros((5, 4, n_controls), np.float32)
+def test_each_control_gets_its_steps_advantage_like_a_plain_loop(n_controls):
+    """Trax's rewards-to-actions map (the identity over controls): every control's clipped
+    ratio is weighted by its step's advantage, and the controls are averaged."""
+    rng = np.random.default_rng(0)
+    advantage = rng.normal(size=(5, 4)).astype(np.float32)  # [T, B]
+    log_ratio = rng.normal(0.0, 0.3, size=(5, 4, n_controls)).astype(np.float32)
+    expected = np.zeros((5, 4), np.float32)
     for t in range(5):
         for b in range(4):
             for c in range(n_controls):
-                expected[t, b, c] = advantage[t, b]
-    got = np.asarray(advantages_per_control(jnp.asarray(advantage), n_controls))
-    np.testing.assert_array_equal(got, expected)
+                r = np.exp(log_ratio[t, b, c])
+                a = advantage[t, b]
+                expected[t, b] += min(r * a, np.clip(r, 0.8, 1.2) * a) / n_controls
+    got = np.asarray(clipped_surrogate(jnp.asarray(log_ratio), jnp.asarray(advantage), 0.2))
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("n_controls", [1, 2])

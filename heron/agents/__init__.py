@@ -10,7 +10,7 @@ from heron.agents.sac import SACConfig, make_sac
 from heron.agents.svg0 import SVG0Config, make_svg0
 from heron.networks import NetworkConfig
 
-# name -> (config class, factory(spec, config, devices, collects) -> Agent)
+# name -> (config class, factory(spec, config, devices) -> Agent)
 REGISTRY = {
     "ppo": (PPOConfig, make_ppo),
     "crr": (CRRConfig, make_crr),
@@ -40,7 +40,23 @@ def make(name: str, spec, config=None, devices=None, collects: bool = True) -> A
     config = config_type() if config is None else config
     if not isinstance(config, config_type):
         raise TypeError(f"{name} needs a {config_type.__name__}, got {type(config).__name__}")
-    return REGISTRY[name][1](spec, config, devices, collects)
+    if not collects:
+        refuse_collecting_options(name, config)
+    return REGISTRY[name][1](spec, config, devices)
+
+
+def refuse_collecting_options(name: str, config) -> None:
+    """A run that collects nothing refuses every option its agent's config declares as
+    only changing how experience is collected (``collecting``), set to other than its
+    default."""
+    default = type(config)()
+    for option, what in getattr(type(config), "collecting", {}).items():
+        value = getattr(config, option)
+        if value != getattr(default, option):
+            raise ConfigError(
+                f"{name}.{option}={value!r} {what}, and this run collects none (it learns "
+                "from a dataset): remove the option"
+            )
 
 
 __all__ = [

@@ -8,6 +8,8 @@
     replay = agent.make_replay(num_envs)                              # its replayer
     state, replay_state, metrics = agent.learn(state, replay, replay_state, key)
     state = agent.observe_steps(state, count)                         # optional: env steps
+    controls = agent.controls(state)                                  # a controller's multipliers
+    state = agent.with_controls(state, controls)
 
 The agent decides *how* it learns: ``learn`` takes what it needs from the replay (a whole
 unroll, or sampled sequences) and runs its updates (epochs of mini-batches, or one sampled
@@ -30,10 +32,39 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import jax
+
 from heron.configs import ConfigError, check, integer, number, validate
 from heron.specs import EnvSpec
+from heron.types import Experience, MissingExtrasError, TimeStep, extra
 
 ROLLOUT_STATE = "rollout_state"  # the extras key of the recorded recurrent state
+
+
+# The pieces of the contract, typed (as Acme's networks): states, carries and metrics are
+# pytrees; timesteps [B] and sequences [L, M] are heron.types' TimeStep and Experience.
+State = Any  # parameters, optimiser states, targets, counters, control multipliers
+Carry = Any  # the networks' recurrent state while acting; () for feed-forward ones
+Metrics = dict[str, Any]
+Key = jax.Array
+InitFn = Callable[[Key], State]
+InitialCarryFn = Callable[[int], Carry]
+ActFn = Callable[[State, TimeStep, Carry, Key], tuple[Any, Carry, dict]]
+PolicyFn = Callable[[State, TimeStep, Carry, Key, float], tuple[Any, Carry]]
+UpdateFn = Callable[[State, Experience, Key], tuple[State, Metrics]]
+MakeReplayFn = Callable[..., Any]  # (num_envs, name=None, **sizes) -> Replay
+LearnFn = Callable[[State, Any, Any, Key], tuple[State, Any, Metrics]]
+ControlsFn = Callable[[State], dict[str, jax.Array]]
+WithControlsFn = Callable[[State, dict[str, jax.Array]], State]
+
+
+def state_controls(state: State) -> dict[str, jax.Array]:
+    """The control multipliers an agent keeps in its state's ``controls`` field."""
+    return state.controls
+
+
+def with_state_controls(state: State, controls: dict[str, jax.Array]) -> State:
+    return state._replace(controls=controls)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,14 +73,14 @@ class Agent:
     config: Any
     spec: EnvSpec
     unroll_length: int  # steps collected per environment between two learning phases
-    init: Callable  # key -> state
-    initial_carry: Callable  # batch_size -> carry
-    act: Callable  # (state, timestep [B], carry, key) -> (action, carry, extras)
-    policy: Callable  # (state, timestep [B], carry, key, temperature) -> (action, carry)
-    update: Callable  # (state, sequences [L, M] time-major, key) -> (state, metrics)
-    make_replay: Callable  # (num_envs, name=None, **sizes) -> Replay
-    learn: Callable  # (state, replay, replay_state, key) -> (state, replay_state, metrics)
-    params: Callable  # state -> the parameters that define the policy (digests, init-from)
+    init: InitFn
+    initial_carry: InitialCarryFn  # batch_size -> carry
+    act: ActFn  # (state, timestep [B], carry, key) -> (action, carry, extras)
+    policy: PolicyFn  # (state, timestep [B], carry, key, temperature) -> (action, carry)
+    update: UpdateFn  # (state, sequences [L, M] time-major, key) -> (state, metrics)
+    make_replay: MakeReplayFn
+    learn: LearnFn  # (state, replay, replay_state, key) -> (state, replay_state, metrics)
+    params: Callable[[State], Any]  # the parameters that define the policy (digests, init-from)
     replayers: tuple[str, ...]  # the replayers it learns from; the first is its default
     # metrics (one iteration's means, one seed) -> {topic: warning}; each topic is printed
     # once a run, whatever its figures
@@ -57,10 +88,14 @@ class Agent:
     # (state, count) -> state: told, after each collection and before learning, how many
     # environment steps entered the replay; agents whose schedules run over environment
     # steps (DQN's epsilon) count them in their state. None: not told.
-    observe_steps: Callable | None = None
+    observe_steps: Callable[[State, int], State] | None = None
     # ALF's prev_action: the steps it learns from carry the action of the step before
     # (zeros where an episode starts); to act on it, an agent keeps it in its carry.
     uses_prev_action: bool = False
+    # The multipliers a controller sets on its scheduled hyperparameters
+    # (``learning.Hyperparameters``), read from and written into its state; {} where none.
+    controls: ControlsFn = state_controls
+    with_controls: WithControlsFn = with_state_controls
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,23 +109,6 @@ class ReplayConfig:
     ratio: float = number(0.25, 0.0, 1000.0, low_open=True)
     """Replay ratio: optimiser updates per collected environment step (at most 1000: more
     would keep the learner on one step's data for good)."""
-
-
-class MissingExtrasError(ValueError):
-    """Experience without what the behaviour policy must have recorded."""
-
-
-def extra(experience, name: str, agent: str, why: str):
-    """``experience.extras[name]``, or a clear error when the experience lacks it (e.g. a
-    dataset collected by another policy)."""
-    extras = experience.extras
-    if not isinstance(extras, dict) or name not in extras:
-        names = sorted(extras) if isinstance(extras, dict) else []
-        raise MissingExtrasError(
-            f"{agent} needs extras[{name!r}] in its experience ({why}); this experience has "
-            f"extras {names}"
-        )
-    return extras[name]
 
 
 def check_config(config, name: str) -> None:

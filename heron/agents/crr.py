@@ -20,7 +20,7 @@ The critic's state advances on the actions taken.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -36,7 +36,7 @@ from heron.agents.base import (
     check_recurrence,
     warn_zero_start,
 )
-from heron.configs import ConfigError, check, choice, integer, number, registered, scheduled
+from heron.configs import check, choice, integer, number, registered, scheduled
 from heron.networks import (
     DenseHead,
     Network,
@@ -135,6 +135,11 @@ class CRRConfig:
     """Steps per sequence (>= 2: a transition needs its next step)."""
     replay: ReplayConfig = dataclasses.field(default_factory=ReplayConfig)
     """The uniform replay: capacity, warm-up and replay ratio."""
+
+    # options that only change how experience is collected (refused when a run collects none)
+    collecting: ClassVar[dict[str, str]] = {
+        "acting": "sets how experience is collected (crr.eval_acting sets how it evaluates)"
+    }
 
     def __post_init__(self):
         check_config(self, "crr")
@@ -335,13 +340,7 @@ def policy_loss(
 # --------------------------------------------------------------------------- the agent
 
 
-def make_crr(spec: EnvSpec, config: CRRConfig, devices=None, collects: bool = True) -> Agent:
-    if not collects and config.acting != "policy":
-        raise ConfigError(
-            f"crr.acting {config.acting} sets how experience is collected, and this run "
-            "collects none (it learns from a dataset): remove the option (crr.eval_acting "
-            "sets how it evaluates)"
-        )
+def make_crr(spec: EnvSpec, config: CRRConfig, devices=None) -> Agent:
     warn_zero_start(config, "crr")
     nets = networks(spec, config)
     hyper = learning.Hyperparameters(config, ("learning_rate", "discount"))

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -106,6 +106,11 @@ class DQNConfig:
     """Steps per sampled sequence, >= burn_in + n_step + 1."""
     replay: ReplayConfig = dataclasses.field(default_factory=lambda: ReplayConfig(ratio=0.25))
     """The uniform replay: capacity, warm-up and replay ratio."""
+
+    # options that only change how experience is collected (refused when a run collects none)
+    collecting: ClassVar[dict[str, str]] = {
+        "epsilon": "is the exploration rate of the epsilon-greedy policy that collects"
+    }
 
     def __post_init__(self):
         check_config(self, "dqn")
@@ -187,8 +192,7 @@ def softmax_actions(key, q_values, temperature):
 # --------------------------------------------------------------------------- the agent
 
 
-def make_dqn(spec: EnvSpec, config: DQNConfig, devices=None, collects: bool = True) -> Agent:
-    del collects  # nothing in the config only changes how experience is collected
+def make_dqn(spec: EnvSpec, config: DQNConfig, devices=None) -> Agent:
     action_spec = spec.action
     if not action_spec.is_discrete:
         raise ConfigError(

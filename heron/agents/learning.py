@@ -200,7 +200,7 @@ def make_off_policy_replay(
         sequence_length=config.sequence_length,
         capacity=config.replay.capacity,
         min_size=max(config.replay.min_size, config.sequence_length),
-        samples_per_step=config.replay.ratio,
+        ratio=config.replay.ratio,
     )
     fields.update(sizes)
     sizes = replay.ReplaySizes(**fields)

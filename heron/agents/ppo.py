@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from heron import ops, parallel, replay, serialization
+from heron import ops, parallel, replay
 from heron.agents import learning
 from heron.agents.base import (
     ROLLOUT_STATE,
@@ -45,11 +44,12 @@ from heron.networks import (
     stack,
     tokens,
 )
+from heron.networks.token_policy import PolicyModel, token_model
 from heron.networks.tokens import TokenConfig
 from heron.specs import EnvSpec
 from heron.types import Experience, StepType, TimeStep
 
-SCHEDULED = ("learning_rate", "discount", "gae_lambda", "epsilon", "value_cost", "entropy_cost")
+SCHEDULED = ("learning_rate", "discount", "gae_lambda", "clip_range", "value_cost", "entropy_cost")
 
 # Trax's names, refused with the field that replaced them (never reinterpreted silently).
 RENAMED = {
@@ -60,6 +60,8 @@ RENAMED = {
     "mini_batch_length": "sequence_length",
     "value_weight": "value_cost",
     "entropy_weight": "entropy_cost",
+    # epsilon is DQN's exploration rate (and heron collect's): one name per concept
+    "epsilon": "clip_range",
     "core": "network.core",
     "core_size": "network.core_size",
     "hidden_sizes": "network.hidden_sizes",
@@ -81,8 +83,8 @@ class PPOConfig:
     """Reward discount factor, in [0, 1] (Trax's gamma)."""
     gae_lambda: float | str = scheduled(0.95, 0.0, 1.0)
     """GAE mixing parameter lambda, in [0, 1] (Trax's lambda_)."""
-    epsilon: float | str = scheduled(0.2, 0.0, low_open=True)
-    """Clipping range of the probability ratio, > 0."""
+    clip_range: float | str = scheduled(0.2, 0.0, low_open=True)
+    """Clipping range of the probability ratio, > 0 (Trax's and rlax's epsilon)."""
     value_cost: float | str = scheduled(0.5, 0.0)
     """Weight of the value loss, >= 0 (Trax's value_weight)."""
     entropy_cost: float | str = scheduled(0.01, 0.0)
@@ -245,34 +247,23 @@ def gae_batch(config: PPOConfig, update_step, experience: Experience, controls=N
     )
 
 
-def advantages_per_control(advantage, n_controls: int):
-    """Per-step advantages [T, B] (time-major) -> [T, B, n_controls]: Trax's
-    rewards-to-actions map (the identity broadcast over controls,
-    ``heron.serialization.init_rewards_to_actions``) scatters each step's advantage onto the
-    log-probabilities of its action's controls."""
-    steps = advantage.shape[0]
-    matrix = serialization.identity_rewards_to_actions(steps, n_controls)  # [T, T * k]
-    scattered = serialization.scatter_to_actions(jnp.swapaxes(advantage, 0, 1), matrix)
-    return jnp.swapaxes(scattered.reshape(advantage.shape[1:] + (steps, n_controls)), 0, 1)
-
-
-def clipped_surrogate(log_ratio, advantage, epsilon):
+def clipped_surrogate(log_ratio, advantage, clip_range):
     """PPO's clipped surrogate per step, each control's ratio clipped on its own (as Trax's
     rewards-to-actions map implies) and the controls averaged.
 
     Args:
       log_ratio: log pi(a|s) - log mu(a|s), [T, B] for one control or [T, B, k] per control.
       advantage: [T, B].
-      epsilon: the clipping range.
+      clip_range: the clipping range (rlax's epsilon).
 
     Returns:
       [T, B]; for one control ``min(r A, clip(r, 1 - eps, 1 + eps) A)``.
     """
     if log_ratio.ndim == advantage.ndim:
         log_ratio = log_ratio[..., None]
-    advantage = advantages_per_control(advantage, log_ratio.shape[-1])
+    advantage = advantage[..., None]  # each step's advantage, on each of its controls
     ratio = jnp.exp(log_ratio)
-    clipped_ratio = jnp.clip(ratio, 1.0 - epsilon, 1.0 + epsilon)
+    clipped_ratio = jnp.clip(ratio, 1.0 - clip_range, 1.0 + clip_range)
     return jnp.mean(jnp.minimum(ratio * advantage, clipped_ratio * advantage), axis=-1)
 
 
@@ -281,24 +272,6 @@ def _log_prob(dist, action):
     if isinstance(dist, distributions.MultiCategorical):
         return dist.log_prob_per_control(action)
     return dist.log_prob(action)
-
-
-class PolicyModel(NamedTuple):
-    """How PPO acts and evaluates its outputs: on raw observations (a vector network) or on
-    serialized histories (the token network).
-
-    act(params, timestep, carry, key) -> (action, carry, extras), extras {"log_prob" (per
-    control with several), "value", and what training reads instead of observations};
-    policy(params, timestep, carry, key, temperature) -> (action, carry);
-    outputs(params, observation [L, M, ...], first [L, M], start) -> {"policy", "value"};
-    inputs(experience) -> the experience training reads."""
-
-    init: Callable
-    initial_carry: Callable
-    act: Callable
-    policy: Callable
-    outputs: Callable
-    inputs: Callable
 
 
 def vector_model(spec: EnvSpec, config: PPOConfig) -> PolicyModel:
@@ -335,84 +308,12 @@ def vector_model(spec: EnvSpec, config: PPOConfig) -> PolicyModel:
     )
 
 
-TOKENS, TOKEN_VALID = "tokens", "token_valid"  # the extras of a token policy's windows
-
-
-def token_model(spec: EnvSpec, config: PPOConfig) -> PolicyModel:
-    """The token policy-and-value network: the actor's carry keeps the last
-    ``tokens.history`` steps as tokens; each control is sampled in turn from the logits read
-    before its token (one pass per control); the window it acted on (its actions included)
-    is recorded, so training re-reads exactly what the actor saw."""
-    action_spec = spec.action
-    observation_ser, action_ser, layout = tokens.serializations(
-        (math.prod(spec.observation_shape),),
-        action_spec,
-        config.vocab_size,
-        config.tokens,
-        spec.observation_categories,
-    )
-    module = tokens.TokenPolicyValue(
-        config.vocab_size, layout, action_spec.n_actions, config.tokens
-    )
-    multi = action_spec.multi_control
-
-    def head(out):
-        """Logits [..., A, n] -> the distribution's layout ([..., n] for one Discrete)."""
-        policy = out["policy"] if multi else out["policy"][..., 0, :]
-        return {"policy": policy, "value": out["value"]}
-
-    def init(key):
-        history = tokens.initial_history(layout, (1,))
-        return module.init(key, *tokens.window(layout, history))
-
-    def step(params, timestep: TimeStep, carry, key, temperature):
-        observation = flat_observation(spec.observation_shape, timestep.observation)
-        if spec.observation_categories is not None:  # Discrete: each category its own token
-            observation = jnp.rint(observation).astype(jnp.int32)
-        history = tokens.push(
-            carry, serialization.serialize(observation_ser, observation), timestep.is_first()
-        )
-        keys = jax.random.split(key, layout.action_tokens)
-        chosen, log_probs, value = [], [], None
-        for control in range(layout.action_tokens):  # one pass per control, in order
-            out = module.apply(params, *tokens.window(layout, history))
-            value = out["value"] if value is None else value
-            dist = distributions.Categorical(out["policy"][..., control, :])
-            token = dist.sample(keys[control], temperature)
-            chosen.append(token)
-            log_probs.append(dist.log_prob(token))
-            current = history.actions[..., -1, :].at[..., control].set(token)
-            history = tokens.with_actions(history, current)
-        action = jnp.stack(chosen, -1) if multi else chosen[0]
-        log_prob = jnp.stack(log_probs, -1) if multi else log_probs[0]
-        window, valid = tokens.window(layout, history)
-        extras = {"log_prob": log_prob, "value": value, TOKENS: window, TOKEN_VALID: valid}
-        return action, history, extras
-
-    def act(params, timestep: TimeStep, carry, key):
-        return step(params, timestep, carry, key, 1.0)
-
-    def policy(params, timestep: TimeStep, carry, key, temperature):
-        return step(params, timestep, carry, key, temperature)[:2]
-
-    def outputs(params, observation, first, start):
-        del first, start  # every window carries its own history
-        return head(module.apply(params, *observation))
-
-    def inputs(experience: Experience) -> Experience:
-        window = extra(experience, TOKENS, "ppo", "the token windows the actor acted on")
-        valid = extra(experience, TOKEN_VALID, "ppo", "the token windows the actor acted on")
-        return experience._replace(observation=(window, valid))
-
-    return PolicyModel(
-        init, lambda b: tokens.initial_history(layout, (b,)), act, policy, outputs, inputs
-    )
-
-
-def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None, collects: bool = True) -> Agent:
-    del collects  # PPO always collects (a dataset is refused: it learns on-policy)
+def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None) -> Agent:
     warn_zero_start(config, "ppo")
-    model = vector_model(spec, config) if config.vocab_size is None else token_model(spec, config)
+    if config.vocab_size is None:
+        model = vector_model(spec, config)
+    else:
+        model = token_model(spec, config.vocab_size, config.tokens)
     hyper = learning.Hyperparameters(config, SCHEDULED)
     optimizer = learning.optimizer(config, eps=1e-5)
     use_rollout_state = config.use_rollout_state
@@ -448,7 +349,7 @@ def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None, collects: bool = Tr
 
     def loss(params, batch: PPOBatch, step, controls):
         """The PPO loss on a mini-batch of sequences [L, M]."""
-        epsilon = hyper("epsilon", step, controls)
+        clip_range = hyper("clip_range", step, controls)
         out = outputs(params, batch)
         dist = distributions.make(spec.action, out["policy"])
         log_ratio = _log_prob(dist, batch.action) - batch.log_prob  # [L, M] or [L, M, k]
@@ -457,7 +358,7 @@ def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None, collects: bool = Tr
             if config.normalize_advantages
             else batch.advantage
         )
-        surrogate = clipped_surrogate(log_ratio, advantage, epsilon)
+        surrogate = clipped_surrogate(log_ratio, advantage, clip_range)
         ratio = jnp.exp(log_ratio)
         joint = _joint(log_ratio, batch.mask)
         per_control = jnp.mean if log_ratio.ndim > batch.mask.ndim else (lambda x, axis: x)
@@ -476,7 +377,7 @@ def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None, collects: bool = Tr
             "loss/entropy": entropy,
             "ppo/approx_kl": masked_mean((jnp.exp(joint) - 1.0) - joint, batch.mask),
             "ppo/clip_fraction": masked_mean(
-                per_control((jnp.abs(ratio - 1.0) > epsilon).astype(jnp.float32), axis=-1),
+                per_control((jnp.abs(ratio - 1.0) > clip_range).astype(jnp.float32), axis=-1),
                 batch.mask,
             ),
         }

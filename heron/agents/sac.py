@@ -243,9 +243,8 @@ def policy_loss(policy_params, networks: ActorCritic, state: SACState, inputs: S
 # --------------------------------------------------------------------------- the agent
 
 
-def make_sac(spec: EnvSpec, config: SACConfig, devices=None, collects: bool = True) -> Agent:
+def make_sac(spec: EnvSpec, config: SACConfig, devices=None) -> Agent:
     """The SAC agent for ``spec`` (continuous actions)."""
-    del collects  # nothing in the config only changes how experience is collected
     if spec.action.is_discrete:
         raise ConfigError(
             "sac needs continuous (Box) actions: it differentiates Q through reparameterised "

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -116,6 +116,11 @@ class SVG0Config:
     """Sequences per update (Acme's batch size)."""
     replay: ReplayConfig = dataclasses.field(default_factory=lambda: ReplayConfig(min_size=1_000))
     """The uniform replay: capacity, warm-up and replay ratio."""
+
+    # options that only change how experience is collected (refused when a run collects none)
+    collecting: ClassVar[dict[str, str]] = {
+        "exploration_noise": "widens the policy that collects experience"
+    }
 
     def __post_init__(self):
         check_config(self, "svg0")
@@ -347,13 +352,8 @@ def policy_and_prior_loss(
 # --------------------------------------------------------------------------- the agent
 
 
-def make_svg0(spec: EnvSpec, config: SVG0Config, devices=None, collects: bool = True) -> Agent:
+def make_svg0(spec: EnvSpec, config: SVG0Config, devices=None) -> Agent:
     """The SVG0 agent for ``spec`` (continuous actions)."""
-    if not collects and config.exploration_noise > 0:
-        raise ConfigError(
-            "svg0.exploration_noise widens the policy that collects experience, and this run "
-            "collects none (it learns from a dataset): remove the option"
-        )
     if spec.action.is_discrete:
         raise ConfigError(
             "svg0 needs continuous (Box) actions: it differentiates Q through reparameterised "

@@ -87,7 +87,7 @@ class DatasetSource(Source):
         return {
             "capacity": self.dataset.num_steps + self.dataset.num_episodes,
             "min_size": 0,
-            "samples_per_step": None,
+            "ratio": None,
         }
 
     @property

@@ -46,7 +46,7 @@ def make_replay(name: str, sizes: ReplaySizes) -> Replay:
             batch_size=sizes.batch_size,
             sequence_length=sizes.sequence_length,
             min_size=sizes.min_size,
-            samples_per_step=sizes.samples_per_step,
+            ratio=sizes.ratio,
         )
     if sizes.num_envs % sizes.num_actors:
         raise ReplayError(

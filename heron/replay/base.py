@@ -63,7 +63,7 @@ class ReplaySizes:
       samples.
     capacity: steps ``uniform`` keeps per lane.
     min_size: steps stored across lanes before ``uniform`` serves a sample.
-    samples_per_step: samples ``uniform`` serves per step added once ``min_size`` is
+    ratio: samples ``uniform`` serves per step added once ``min_size`` is
       reached (the replay ratio); None serves without limit (a fixed dataset).
     num_actors, learn_queue_cap: ``cycle_one_time``'s actors (each owning num_envs /
       num_actors lanes) and the unrolls one sample takes.
@@ -75,7 +75,7 @@ class ReplaySizes:
     sequence_length: int = 1
     capacity: int = 1
     min_size: int = 0
-    samples_per_step: float | None = None
+    ratio: float | None = None
     num_actors: int = 1
     learn_queue_cap: int = 1
 

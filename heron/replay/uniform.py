@@ -13,8 +13,8 @@ never touches an unwritten slot. ``sample`` draws ``batch_size`` starts uniforml
 boundaries: ``step_type`` marks FIRST steps, where learners cut traces and reset cores.
 
 Rate limiting (Acme's samples-per-insert): once ``min_size`` steps are stored, every step
-added earns ``samples_per_step`` samples; ``can_sample`` holds while a whole sample is
-earned. With ``samples_per_step=None`` sampling is unlimited (a fixed dataset).
+added earns ``ratio`` samples; ``can_sample`` holds while a whole sample is
+earned. With ``ratio=None`` sampling is unlimited (a fixed dataset).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class UniformReplay:
     batch_size: int
     sequence_length: int
     min_size: int = 0
-    samples_per_step: float | None = None
+    ratio: float | None = None
     name: str = "uniform"
     whole_unrolls: ClassVar[bool] = False  # sequences; its rate limit keeps the replay ratio
 
@@ -62,8 +62,8 @@ class UniformReplay:
             )
         if self.min_size < 0:
             raise ReplayError(f"min_size must be >= 0, got {self.min_size}")
-        if self.samples_per_step is not None and not self.samples_per_step > 0:
-            raise ReplayError(f"samples_per_step must be > 0, got {self.samples_per_step}")
+        if self.ratio is not None and not self.ratio > 0:
+            raise ReplayError(f"ratio must be > 0, got {self.ratio}")
 
     def init(self, example_step: Any) -> UniformState:
         """Empty rings shaped after one step [num_envs, ...]."""
@@ -95,8 +95,8 @@ class UniformReplay:
         head = ((state.head + num_steps) % self.capacity).astype(jnp.int32)
         size = jnp.minimum(state.size + num_steps, self.capacity).astype(jnp.int32)
         credit = state.credit
-        if self.samples_per_step is not None:
-            earned = self.samples_per_step * num_steps * self.num_envs
+        if self.ratio is not None:
+            earned = self.ratio * num_steps * self.num_envs
             credit = credit + jnp.where(self._filled(size), jnp.float32(earned), 0.0)
         return UniformState(data, head, size, credit)
 
@@ -105,7 +105,7 @@ class UniformReplay:
 
     def can_sample(self, state: UniformState) -> jax.Array:
         ready = self._filled(state.size)
-        if self.samples_per_step is None:
+        if self.ratio is None:
             return ready
         return ready & (state.credit >= 1.0)
 
@@ -117,7 +117,7 @@ class UniformReplay:
         # One index into the flattened rings: on CPU, XLA's gather was up to 30x faster this
         # way than with separate env and slot indices (16 x 100k x 17 float32 rings).
         batch = jax.tree.map(lambda ring: ring.reshape((-1,) + ring.shape[2:])[flat], state.data)
-        credit = state.credit if self.samples_per_step is None else state.credit - 1.0
+        credit = state.credit if self.ratio is None else state.credit - 1.0
         return batch, state._replace(credit=credit)
 
     def sample_slots(self, state: UniformState, key: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -146,7 +146,7 @@ def make_setup(
     if controller is None and run.controller is not None:
         controller = controllers.parse_controller(run.controller)
     if isinstance(controller, controllers.Plateau):  # its hyperparameter, before any write
-        controls = jax.eval_shape(agent.init, jax.random.PRNGKey(0)).controls
+        controls = agent.controls(jax.eval_shape(agent.init, jax.random.PRNGKey(0)))
         controllers.check_names({controller.name: 1.0}, tuple(controls))
     programs = program_cache.open_store(program_cache_dir, record)
     observers = check_observers(observers)
@@ -421,7 +421,8 @@ class _Loop:
         """The controller's multipliers for each seed, from that seed's history."""
         if self.setup.controller is None:
             return state
-        controls = jax.device_get(state.agent_state.controls)
+        agent = self.setup.agent
+        controls = jax.device_get(agent.controls(state.agent_state))
         changed = False
         for k, seed in enumerate(self.setup.seeds):
             values = self.setup.controller([r for r in self.history if r.get("seed") == seed])
@@ -439,7 +440,7 @@ class _Loop:
         if not changed:
             return state
         controls = jax.tree.map(jax.numpy.asarray, controls)
-        return state._replace(agent_state=state.agent_state._replace(controls=controls))
+        return state._replace(agent_state=agent.with_controls(state.agent_state, controls))
 
     def _save(self, iteration: int, state: TrainState) -> None:
         if self.checkpointer is not None:
