@@ -164,7 +164,10 @@ def _train_offline(name, run_dir, tmp_path):
     collected = api.collect(str(run_dir), 12, str(tmp_path / "data"))
     assert collected["episodes"] == 12
     run = _run(case.jax_env, dataset=str(tmp_path / "data"), steps=40, updates_per_iteration=10)
-    summary = api.train(api.build(name, case.config, run), str(tmp_path / "offline"))
+    defaults = type(case.config)()  # options that only change collection are refused offline
+    collecting = {o: getattr(defaults, o) for o in getattr(type(case.config), "collecting", {})}
+    config = dataclasses.replace(case.config, **collecting)
+    summary = api.train(api.build(name, config, run), str(tmp_path / "offline"))
     _check_run(summary, tmp_path / "offline", 40)
     updates = [
         line["train/updates"] for line in _lines(tmp_path / "offline") if "train/updates" in line
