@@ -330,7 +330,8 @@ def test_recurrent_act_carries_both_networks_and_trains_from_the_rollout_state()
     state = agent.init(jax.random.PRNGKey(0))
     carry = agent.initial_carry(BATCH)
     assert set(carry) == {"policy", "critic"}
-    assert carry["critic"][0].shape == (2, BATCH, 8)  # one state per twin critic
+    # one state per twin critic, batch-major like every carry: the replay stores it [B, T, ...]
+    assert carry["critic"][0].shape == (BATCH, 2, 8)
     timestep = TimeStep(
         jnp.full(BATCH, StepType.MID), jnp.zeros(BATCH), jnp.ones(BATCH), jnp.ones((BATCH, 3))
     )
@@ -338,6 +339,7 @@ def test_recurrent_act_carries_both_networks_and_trains_from_the_rollout_state()
     _, new_carry, extras = agent.act(state, timestep, given, jax.random.PRNGKey(1))
     assert jax.tree.structure(extras[ROLLOUT_STATE]) == jax.tree.structure(given)
     jax.tree.map(np.testing.assert_array_equal, extras[ROLLOUT_STATE], given)
+    assert {x.shape[0] for x in jax.tree.leaves(extras)} == {BATCH}
     for name in carry:
         assert not np.allclose(new_carry[name][0], 0.0), name
     # Training starts from the recorded state of step 0 (not from zeros).

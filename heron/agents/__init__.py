@@ -1,23 +1,23 @@
-"""Agents by name: ``make(name, spec, config)``; one file per algorithm."""
+"""Agents by name: ``make(name, spec, config)``; one file per algorithm, which registers
+itself (``register``): every module of this package is imported with it. A module of yours
+registers more the same way."""
 
 from __future__ import annotations
 
-from heron.agents.base import Agent, ConfigError, ReplayConfig
-from heron.agents.crr import CRRConfig, make_crr
-from heron.agents.dqn import DQNConfig, make_dqn
-from heron.agents.ppo import PPOConfig, make_ppo
-from heron.agents.sac import SACConfig, make_sac
-from heron.agents.svg0 import SVG0Config, make_svg0
+import importlib
+import pkgutil
+
+from heron.agents.base import REGISTRY, Agent, ConfigError, ReplayConfig, register
 from heron.networks import NetworkConfig
 
-# name -> (config class, factory(spec, config, devices) -> Agent)
-REGISTRY = {
-    "ppo": (PPOConfig, make_ppo),
-    "crr": (CRRConfig, make_crr),
-    "svg0": (SVG0Config, make_svg0),
-    "sac": (SACConfig, make_sac),
-    "dqn": (DQNConfig, make_dqn),
-}
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
+
+from heron.agents.crr import CRRConfig  # noqa: E402  (the built-in configs, by name)
+from heron.agents.dqn import DQNConfig  # noqa: E402
+from heron.agents.ppo import PPOConfig  # noqa: E402
+from heron.agents.sac import SACConfig  # noqa: E402
+from heron.agents.svg0 import SVG0Config  # noqa: E402
 
 
 class UnknownAgentError(ValueError):
@@ -73,4 +73,5 @@ __all__ = [
     "UnknownAgentError",
     "config_class",
     "make",
+    "register",
 ]

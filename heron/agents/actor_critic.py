@@ -84,6 +84,17 @@ class Critics:
             return self.network.initial_state(batch_shape)
         return self.network.initial_state((self.count, *batch_shape))
 
+    def to_carry(self, state):
+        """Stacked critics' states [count, B, ...] as an agent's carry keeps them,
+        batch-major [B, count, ...] like every other carry (recorded with the steps)."""
+        if self.count is None:
+            return state
+        return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), state)
+
+    def from_carry(self, state):
+        """``to_carry``'s inverse: [B, count, ...] -> [count, B, ...]."""
+        return self.to_carry(state)
+
     def step(self, params, state, observation, action, first):
         """(states after, Q) at one step, or at every step of [T, ...] from the states before
         each (``states``)."""
@@ -146,7 +157,7 @@ class ActorCritic:
     def initial_carry(self, batch_size: int) -> dict:
         return {
             "policy": self.policy.initial_state((batch_size,)),
-            "critic": self.critics.initial_state((batch_size,)),
+            "critic": self.critics.to_carry(self.critics.initial_state((batch_size,))),
         }
 
     def act(self, policy_params, critic_params, timestep: TimeStep, carry, key, behaviour=None):
@@ -160,9 +171,9 @@ class ActorCritic:
         action, log_prob = (behaviour or tanh_gaussian)(head_output).sample_and_log_prob(key)
         new_carry = dict(carry, policy=policy_state)
         if self.critics.recurrent:  # every network's memory follows the steps taken
-            new_carry["critic"] = self.critics.step(
-                critic_params, carry["critic"], observation, action, first
-            )[0]
+            state = self.critics.from_carry(carry["critic"])
+            state = self.critics.step(critic_params, state, observation, action, first)[0]
+            new_carry["critic"] = self.critics.to_carry(state)
         return to_box(self.spec.action, action), log_prob, new_carry
 
     def evaluate(self, policy_params, timestep: TimeStep, carry, key, temperature):
@@ -192,17 +203,17 @@ class ActorCritic:
 
     def critic_unroll(self, params, inputs: Sequences):
         """(Q at the taken actions [..., S, B], the critics' states before each step)."""
+        start = self.critics.from_carry(inputs.start["critic"])
         _, q, states = self.critics.unroll(
-            params, inputs.start["critic"], inputs.observation, inputs.action, inputs.first
+            params, start, inputs.observation, inputs.action, inputs.first
         )
         return q, states
 
     def critic_states(self, params, inputs: Sequences):
         """The critics' states before each step of their unroll on the taken actions; ()
         for feed-forward critics."""
-        return self.critics.states(
-            params, inputs.start["critic"], inputs.observation, inputs.action, inputs.first
-        )
+        start = self.critics.from_carry(inputs.start["critic"])
+        return self.critics.states(params, start, inputs.observation, inputs.action, inputs.first)
 
 
 def policy_and_critic(

@@ -98,6 +98,16 @@ class Agent:
     with_controls: WithControlsFn = with_state_controls
 
 
+# name -> (config class, factory(spec, config, devices) -> Agent)
+REGISTRY: dict[str, tuple[type, Callable[..., Agent]]] = {}
+
+
+def register(name: str, config_class: type, factory: Callable[..., Agent]) -> None:
+    """Makes ``name`` an algorithm ``heron.agents.make`` and ``heron train NAME`` know:
+    ``factory(spec, config, devices)`` builds its Agent from a ``config_class``."""
+    REGISTRY[name] = (config_class, factory)
+
+
 @dataclasses.dataclass(frozen=True)
 class ReplayConfig:
     """The ``uniform`` replay of an off-policy agent."""
@@ -149,6 +159,7 @@ def warn_zero_start(config, name: str) -> None:
 
 
 __all__ = [
+    "REGISTRY",
     "ROLLOUT_STATE",
     "Agent",
     "ConfigError",
@@ -157,5 +168,6 @@ __all__ = [
     "check_config",
     "check_recurrence",
     "extra",
+    "register",
     "warn_zero_start",
 ]

@@ -34,6 +34,7 @@ from heron.agents.base import (
     ReplayConfig,
     check_config,
     check_recurrence,
+    register,
     warn_zero_start,
 )
 from heron.configs import check, choice, integer, number, registered, scheduled
@@ -481,3 +482,6 @@ def make_crr(spec: EnvSpec, config: CRRConfig, devices=None) -> Agent:
         **learning.off_policy_learning("crr", config, update, devices),
         advise=advise,
     )
+
+
+register("crr", CRRConfig, make_crr)

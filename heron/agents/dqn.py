@@ -45,6 +45,7 @@ from heron.agents.base import (
     ReplayConfig,
     check_config,
     check_recurrence,
+    register,
     warn_zero_start,
 )
 from heron.configs import ConfigError, check, integer, number, registered, scheduled
@@ -343,3 +344,6 @@ def make_dqn(spec: EnvSpec, config: DQNConfig, devices=None) -> Agent:
         **learning.off_policy_learning("dqn", config, update, devices, SERVED),
         observe_steps=observe_steps,
     )
+
+
+register("dqn", DQNConfig, make_dqn)

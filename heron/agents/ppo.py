@@ -30,6 +30,7 @@ from heron.agents.base import (
     check_config,
     check_recurrence,
     extra,
+    register,
     warn_zero_start,
 )
 from heron.configs import check, integer, number, registered, scheduled
@@ -453,3 +454,6 @@ def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None) -> Agent:
         params=lambda state: state.params,
         replayers=("one_time", "cycle_one_time"),
     )
+
+
+register("ppo", PPOConfig, make_ppo)

@@ -49,6 +49,7 @@ from heron.agents.base import (
     ReplayConfig,
     check_config,
     check_recurrence,
+    register,
     warn_zero_start,
 )
 from heron.configs import integer, number, registered, scheduled
@@ -374,6 +375,8 @@ def make_sac(spec: EnvSpec, config: SACConfig, devices=None) -> Agent:
         **learning.off_policy_learning("sac", config, update, devices),
     )
 
+
+register("sac", SACConfig, make_sac)
 
 __all__ = [
     "SACConfig",

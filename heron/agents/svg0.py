@@ -57,6 +57,7 @@ from heron.agents.base import (
     check_config,
     check_recurrence,
     extra,
+    register,
     warn_zero_start,
 )
 from heron.agents.crr import acme_network
@@ -492,6 +493,8 @@ def make_svg0(spec: EnvSpec, config: SVG0Config, devices=None) -> Agent:
         **learning.off_policy_learning("svg0", config, update, devices),
     )
 
+
+register("svg0", SVG0Config, make_svg0)
 
 __all__ = [
     "MissingExtrasError",
