@@ -10,8 +10,35 @@ from typing import Literal
 
 from heron import sources
 from heron.configs import ConfigError, choice, integer, number, validate
-from heron.distributed.options import DistConfig
 from heron.replay import REPLAYERS
+
+SYNC, ASYNC = "sync", "async"
+
+
+@dataclasses.dataclass(frozen=True)
+class DistConfig:
+    """How a run with ``--actors`` drives its Ray actors (ALF's synchronous and asynchronous
+    off-policy drivers); see heron/distributed/."""
+
+    driver: Literal["sync", "async"] = choice(SYNC, (SYNC, ASYNC))
+    """sync: every iteration takes one unroll from every actor, joined in actor order
+    (deterministic); async: actors run freely and the learner trains on learn_queue_cap
+    unrolls at a time, through the cycle_one_time replay."""
+    policy_lag: int = integer(0, 0, 1)
+    """sync only: 1 lets the actors collect the next unroll with the previous parameters
+    while the learner updates (exactly one version behind, still deterministic)."""
+    learn_queue_cap: int = integer(1, 1)
+    """async only: unrolls (from as many actors) the learner takes per iteration; <= actors."""
+    max_policy_lag: int | None = integer(None, 0, optional=True)
+    """async only: drop (and count) unrolls made more than this many versions ago."""
+    unroll_timeout_s: float = number(600.0, 0.0, low_open=True)
+    """An actor silent this long on one unroll is restarted like one that died."""
+    max_actor_restarts: int = integer(3, 0)
+    """Restarts allowed per actor; one more failure stops the run (its last checkpoint
+    is kept)."""
+    learner_gpus: int = integer(0, 0)
+    """> 0: the learner runs in its own Ray actor with this many GPUs (data-parallel over
+    them); the actors stay on CPU."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,7 +4,7 @@
     heron train ppo --actors 8 --ray-address HOST:6379 --dist.driver async
 
 A run that asks for actors (``RunConfig.actors > 0``) gets the ``actors`` source of
-``heron.sources`` (``options.py``: its options and their checks): a ``RaySource``
+``heron.sources`` (``options.py``: the checks of its options): a ``RaySource``
 (``source.py``) feeding the same driver, agents and replayers, with experience collected by
 Ray actor processes (``worker.py``) that the learner's ``ActorPool`` (``pool.py``: the actors
 and their faults in ``actors.py``, the synchronous and asynchronous drivers in

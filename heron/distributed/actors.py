@@ -26,8 +26,8 @@ import jax
 import numpy as np
 
 from heron.distributed import cluster
-from heron.distributed.options import DistConfig
 from heron.distributed.worker import EnvironmentFailure, Unroll, Worker, WorkerSpec
+from heron.run_config import DistConfig
 from heron.training.driver import TrainingError
 
 RESTARTS, LOST, DROPPED = range(3)  # the fault counters' positions

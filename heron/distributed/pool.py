@@ -18,8 +18,8 @@ import logging
 from heron.distributed import cluster
 from heron.distributed.actors import ActorFailure, Actors, Taken
 from heron.distributed.drivers import AsyncDriver, SyncDriver
-from heron.distributed.options import ASYNC, DistConfig
 from heron.distributed.worker import WorkerSpec
+from heron.run_config import ASYNC, DistConfig
 
 
 class _QuietCallbackLog(logging.Filter):

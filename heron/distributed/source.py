@@ -27,9 +27,9 @@ import jax.numpy as jnp
 from jax.experimental import io_callback
 
 from heron.agents.base import Agent
-from heron.distributed.options import ASYNC, DistConfig
 from heron.distributed.pool import ActorPool, Taken
 from heron.envs.wrappers import ObservationPipeline, PipelineState, RunningStats
+from heron.run_config import ASYNC, DistConfig
 from heron.training.sources import EnvSource, EpisodeStats, Source
 
 _LAGGED_STREAM = 2**31 - 1  # folded into the init key for the first overlapped requests
