@@ -17,6 +17,8 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+from heron.configs import ConfigError
+
 # Where heron's own kinds are registered, imported when a run first asks for a source (their
 # modules import the training code, which imports the run configuration).
 BUILTIN_MODULES = ("heron.training.sources", "heron.offline.source", "heron.distributed.options")
@@ -62,14 +64,15 @@ def kinds() -> tuple[SourceKind, ...]:
 
 def check(run) -> None:
     """Every source's checks of ``run``, and that it asks for one source at most."""
-    asked = [kind for kind in kinds() if kind.asked(run)]
+    every = kinds()
+    asked = [kind for kind in every if kind.asked(run)]
     if len(asked) > 1:
         names = " or ".join(f"--{kind.name}" for kind in asked)
-        raise _config_error(
+        raise ConfigError(
             f"{' and '.join(kind.name for kind in asked)} are two sources of experience; a "
             f"run learns from one: drop {names}"
         )
-    for kind in kinds():
+    for kind in every:
         kind.check(run)
 
 
@@ -77,9 +80,3 @@ def asked_for(run) -> SourceKind:
     """The source ``run`` asks for (the environments unless another is asked for)."""
     asked = [kind for kind in kinds() if kind.asked(run)]
     return asked[0] if asked else _KINDS["environments"]
-
-
-def _config_error(message: str):
-    from heron.configs import ConfigError
-
-    return ConfigError(message)
