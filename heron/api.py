@@ -35,7 +35,7 @@ from heron.offline.dataset import check_writable, gym_spaces, write_dataset
 from heron.run_config import RunConfig
 from heron.training import checkpoints, driver, rundir, signals
 from heron.training.driver import Setup, TrainingError, seed_keys
-from heron.training.evaluation import make_evaluate
+from heron.training.evaluation import make_evaluate, make_scoring
 from heron.training.program import SEED_AXIS
 from heron.training.signals import RunInterrupted
 
@@ -50,7 +50,24 @@ def _check_seeds(run: RunConfig, env) -> None:
         )
 
 
-def _evaluation(agent: Agent, run: RunConfig, pipeline: ObservationPipeline):
+# The options of an evaluation in the environment, which a model scored on held-out data
+# would ignore.
+ENVIRONMENT_EVALUATION = ("n_evals", "eval_temperatures", "max_timestep_eval")
+
+
+def _evaluation(agent: Agent, run: RunConfig, pipeline: ObservationPipeline, source):
+    """In the environment, or, for a model without a policy, its score on the source's
+    held-out steps; None where training episodes stand for the evaluation."""
+    if agent.scoring is not None:
+        default = RunConfig()
+        for option in ENVIRONMENT_EVALUATION:
+            if getattr(run, option) != getattr(default, option):
+                raise ConfigError(
+                    f"{option}={getattr(run, option)!r} sets the evaluation in the environment; "
+                    f"{agent.name} has no policy to evaluate there (it is scored on held-out "
+                    "episodes of its dataset): remove the option"
+                )
+        return make_scoring(agent, source.held_out_steps, pipeline)
     if not run.separate_eval:
         return None  # training episodes stand for the evaluation
     groups = len(run.eval_temperatures)
@@ -99,10 +116,16 @@ def build(
         env.spec, run.normalize_observations, run.len_history_for_policy, run.reward_scale
     )
     agent = agents.make(algo, pipeline.spec, agent_config, collects=kind.collects)
+    if kind.collects and agent.act is None:
+        raise ConfigError(
+            f"{algo} is a model without a policy: it cannot act in {run.env!r} to collect "
+            "experience; it learns from a dataset: give --dataset DIR (`heron collect` "
+            "writes one)"
+        )
     agent, record = _initialised_from(agent, run.init_from)
     source = kind.make(sources.Request(algo, agent_config, agent, env, pipeline, run))
     replay = agent.make_replay(source.lanes, source.replayer or run.replay, **source.replay_sizes)
-    evaluate = _evaluation(agent, run, pipeline)
+    evaluate = _evaluation(agent, run, pipeline, source)
     return driver.make_setup(
         algo,
         agent_config,
@@ -133,13 +156,7 @@ def _cacheable(run: RunConfig, env) -> bool:
 
 
 def source_parameters(run_dir: str):
-    """The parameters of ``run_dir``'s latest checkpoint: an agent run's agent state (its
-    first seed), or a world model's parameters."""
-    algo = rundir.read_config(run_dir).get("algo")
-    if algo == "world-model":
-        from heron import world_model
-
-        return world_model.load_parameters(run_dir)
+    """The agent state of ``run_dir``'s latest checkpoint (its first seed)."""
     _, _, state, _ = load_run(run_dir)
     return jax.tree.map(lambda x: x[0], state.agent_state)
 
@@ -292,11 +309,6 @@ def read_config_file(path: str) -> dict:
 def load_config(run_dir: str):
     """(algo, agent config, RunConfig) recorded in ``run_dir``."""
     record = rundir.read_config(run_dir)
-    if record.get("algo") == "world-model":
-        raise rundir.RunDirError(
-            f"{run_dir!r} is a world-model run: it has no policy to evaluate or roll out; "
-            "plot it, or start a token policy from it with --init-from"
-        )
     return configs_from_record(record, os.path.join(run_dir, rundir.CONFIG))
 
 
@@ -309,17 +321,7 @@ def resume(
 ) -> dict:
     """Continues ``run_dir`` from its latest checkpoint to its configured ``steps`` (or to a
     new budget ``steps``). With JAX environments on CPU the result equals the uninterrupted
-    run's. A world-model run continues as ``heron.world_model.resume``. ``program_cache``
-    and ``observers``: as ``build``'s."""
-    if rundir.read_config(run_dir).get("algo") == "world-model":
-        from heron import world_model
-
-        if controller is not None or observers:
-            raise ConfigError(
-                "a world-model run has no hyperparameters for a controller and collects no "
-                "experience for observers"
-            )
-        return world_model.resume(run_dir, steps)
+    run's. ``program_cache`` and ``observers``: as ``build``'s."""
     changes = {} if steps is None else {"steps": steps}
     setup = _rebuild(run_dir, controller, program_cache, **changes)
     if observers and not setup.source.collects:
@@ -368,9 +370,23 @@ def load_run(run_dir: str, best: bool = False, **run_changes):
     return setup, program, state, step
 
 
+def check_has_policy(run_dir: str, what: str) -> None:
+    """A run of a model without a policy (the world model) has none to ``what``; told
+    before anything is restored."""
+    algo, agent_config, run = load_config(run_dir)
+    envs.import_env_module(run.env_module)
+    agent = agents.make(algo, envs.make(run.env, 1).spec, agent_config)
+    if agent.policy is None:
+        raise rundir.RunDirError(
+            f"{run_dir!r} trained {algo}, a model without a policy: it has none to {what}; "
+            "plot it, or initialise a policy from it with --init-from"
+        )
+
+
 def evaluate_run(run_dir: str, episodes: int, temperature: float, best: bool = False) -> dict:
     """Evaluates the latest checkpoint of ``run_dir`` (``best``: the best one); returns the
     JSON line's fields (with several seeds: the mean over seeds, and ``per_seed``)."""
+    check_has_policy(run_dir, "evaluate")
     setup, program, state, step = load_run(
         run_dir, best, n_evals=episodes, eval_temperatures=(temperature,), separate_eval=True
     )
@@ -421,6 +437,7 @@ def collect(
     if not 0.0 <= epsilon <= 1.0:
         raise collecting.CollectError(f"epsilon must be in [0, 1], got {epsilon}")
     check_writable(out)  # before the rollouts, not after
+    check_has_policy(run_dir, "roll out")
     setup, _, state, checkpoint = load_run(run_dir, best)
     run, pipeline = setup.run, setup.source.pipeline
     first_seed = jax.tree.map(lambda x: x[0], state)

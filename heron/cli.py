@@ -33,7 +33,7 @@ import tyro
 USAGE = """usage: heron train ALGO [options] [--ALGO.FIELD VALUE ...]
        heron train [ALGO] --config FILE [options]   (TOML/YAML/JSON; a run's config.json)
        heron train --resume RUN_DIR [--steps N]
-       heron train world-model --dataset DATASET --env ID --vocab-size V [options]
+       heron train world-model --dataset DATASET --env ID [--world-model.FIELD VALUE ...]
        heron eval RUN_DIR [--episodes N] [--temperature T] [--best] [--video OUT.gif]
        heron plot RUN_DIR [RUN_DIR ...] --out FILE.png [--temperatures T ...]
        heron collect RUN_DIR --episodes N --out DATASET [--temperature T] [--epsilon E]
@@ -138,15 +138,21 @@ def configure_compile_cache() -> str | None:
     return path
 
 
+def _agent_field(algo: str) -> str:
+    """The train options' field of an algorithm's config (``world-model``: ``world_model``,
+    which tyro writes ``--world-model.*``)."""
+    return algo.replace("-", "_")
+
+
 def _train_args_class(algo: str):
     """The run's fields (flat: --env, --steps, ...) plus the agent config as ``--ALGO.*``."""
     from heron import agents
     from heron.training import RunConfig
 
     agent_type = agents.config_class(algo)
-    field = (algo, agent_type, dataclasses.field(default_factory=agent_type))
+    field = (_agent_field(algo), agent_type, dataclasses.field(default_factory=agent_type))
     return dataclasses.make_dataclass(
-        f"Train{algo.upper()}", [field], bases=(RunConfig,), frozen=True
+        f"Train{_agent_field(algo).upper()}", [field], bases=(RunConfig,), frozen=True
     )
 
 
@@ -256,7 +262,7 @@ def _parse_train(argv: list[str]):
     rest = _bare_flags_mean_true(rest, _bool_options(algo))
     default = args_class(
         **{f.name: getattr(run, f.name) for f in dataclasses.fields(RunConfig)},
-        **{algo: agent_config},
+        **{_agent_field(algo): agent_config},
     )
     args = _cli(
         args_class,
@@ -266,7 +272,7 @@ def _parse_train(argv: list[str]):
         config=(tyro.conf.FlagConversionOff,),
     )
     fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)}
-    return algo, getattr(args, algo), RunConfig(**{**fields, "preset": run.preset})
+    return algo, getattr(args, _agent_field(algo)), RunConfig(**{**fields, "preset": run.preset})
 
 
 def _option_value(argv: list[str], option: str) -> str | None:
@@ -289,24 +295,7 @@ class ResumeArgs:
     """A new step budget (default: the run's configured steps)."""
 
 
-def cmd_world_model(argv: list[str]) -> dict:
-    """``heron train world-model``: a next-token model on a dataset (heron/world_model.py)."""
-    from heron import world_model
-
-    config_type = world_model.WorldModelConfig
-    argv = [NEGATED_FLAGS.get(token, token) for token in argv]
-    bools = {option for option, kind in _option_names(config_type, "") if kind in (bool, "bool")}
-    argv = _bare_flags_mean_true(argv, bools)
-    config = _cli(
-        config_type, argv, "heron train world-model", config=(tyro.conf.FlagConversionOff,)
-    )
-    configure_compile_cache()
-    return world_model.train(config)
-
-
 def cmd_train(argv: list[str]) -> dict:
-    if argv and argv[0] == "world-model":
-        return cmd_world_model(argv[1:])
     if argv and argv[0].startswith("--resume"):
         args = _cli(ResumeArgs, argv, "heron train")
         if args.steps is not None and args.steps <= 0:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from heron.api import load_run
+from heron.api import check_has_policy, load_run
 from heron.configs import ConfigError
 from heron.training.driver import Setup
 from heron.types import StepType, TimeStep
@@ -89,5 +89,6 @@ def load(run_dir: str, best: bool = False, temperature: float = 0.0) -> Policy:
     evaluation), acting at ``temperature`` (0: greedy)."""
     if not 0 <= temperature < float("inf"):
         raise ConfigError(f"temperature must be finite and >= 0, got {temperature}")
+    check_has_policy(run_dir, "act with")
     setup, _, state, checkpoint = load_run(run_dir, best)
     return Policy(setup, state, checkpoint, temperature)

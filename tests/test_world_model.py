@@ -1,19 +1,24 @@
-"""heron train world-model: a next-token model on a collected CartPole dataset, its run
-directory and plots, and --init-from it into a token PPO policy (the body copied exactly)."""
+"""heron train world-model: a next-token model trained through the driver from the dataset
+source (a collected CartPole dataset), scored on held-out episodes; its run directory and
+plots, resume, and --init-from it into a token PPO policy (the body copied exactly)."""
 
 import json
 import signal
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import build
 
 import heron
-from heron import agents, api, envs, transfer, world_model
+from heron import api, envs, transfer
 from heron.agents import PPOConfig
+from heron.agents import world_model as wm
 from heron.cli import cmd_train, main
 from heron.networks.tokens import TokenConfig
+from heron.training import driver, rundir
+from heron.types import Experience, StepType
 
 TINY = TokenConfig(width=16, depth=1, heads=2, history=2)
 TINY_FLAGS = [
@@ -23,6 +28,8 @@ TINY_FLAGS = [
     "--tokens.heads", "2",
     "--tokens.history", "2",
 ]  # fmt: skip
+MODEL_FLAGS = [flag.replace("--", "--world-model.", 1) for flag in TINY_FLAGS]
+QUANTITY = "held-out next-token accuracy"
 
 
 @pytest.fixture(scope="module")
@@ -36,31 +43,45 @@ def dataset(tmp_path_factory):
     return root / "data"
 
 
+def _argv(dataset, run_dir, steps, *more):
+    """`heron train world-model` on the dataset: iterations of 100 updates, each scored."""
+    argv = ["world-model", "--dataset", str(dataset), "--env", "gymnax:CartPole-v1"]
+    argv += ["--run-dir", str(run_dir), "--steps", str(steps), "--updates-per-iteration", "100"]
+    return [*argv, "--eval-every-n", "1", *MODEL_FLAGS, *more]
+
+
 @pytest.fixture(scope="module")
 def model_run(dataset, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("world_model_run") / "wm"
-    argv = ["world-model", "--dataset", str(dataset), "--env", "gymnax:CartPole-v1"]
-    argv += ["--run-dir", str(run_dir), "--steps", "400", "--eval-every-n", "200", *TINY_FLAGS]
-    return run_dir, cmd_train(argv)  # `heron train world-model ...`: its JSON line's fields
+    return run_dir, cmd_train(_argv(dataset, run_dir, 400))  # its JSON line's fields
 
 
-def test_world_model_beats_a_unigram_baseline_on_held_out_tokens(model_run):
+def test_world_model_beats_the_most_frequent_token_on_held_out_episodes(model_run):
     _, summary = model_run
-    assert summary["held_out_windows"] > 0 and summary["train_windows"] > 0
-    assert summary["final_eval_accuracy"] > summary["unigram_accuracy"] + 0.1
-    assert np.isfinite(summary["observation_error"])
+    assert summary["quantity"] == QUANTITY and summary["steps"] == 400
+    baseline = summary["eval/most_frequent_token_accuracy"]
+    assert summary["final_eval_return"] > baseline + 0.1
+    assert summary["final_eval_return"] == summary["eval/next_token_accuracy"]
+    assert np.isfinite(summary["eval/observation_error"])
+    assert np.isfinite(summary["eval/reward_error"])
 
 
 def test_world_model_run_directory_and_plot(model_run, tmp_path):
     run_dir, summary = model_run
     config = json.loads((run_dir / "config.json").read_text())
     assert config["algo"] == "world-model" and config["world-model"]["vocab_size"] == 16
+    held_out = config["dataset"]["held_out_episodes"]
+    assert len(held_out) == 6 and len(set(held_out)) == 6  # 10% of the 60 episodes
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     evals = [line for line in lines if line["kind"] == "eval"]
-    assert [line["step"] for line in evals] == [200, 400]
-    for key in ("eval/next_token_accuracy", "eval/unigram_accuracy", "eval/observation_error"):
-        assert np.isfinite(evals[-1][key])
-    assert evals[-1]["return_mean"] == summary["final_eval_accuracy"]
+    assert [line["step"] for line in evals] == [100, 200, 300, 400]
+    assert {line["quantity"] for line in evals} == {QUANTITY}
+    assert all(line["episodes"] == 6 and line["temperature"] == 0.0 for line in evals)
+    for key in ("eval/next_token_accuracy", "eval/most_frequent_token_accuracy"):
+        assert 0.0 <= evals[-1][key] <= 1.0
+    assert evals[-1]["return_mean"] == summary["final_eval_return"]
+    trained = [line for line in lines if line["kind"] == "train"]
+    assert [line["train/updates"] for line in trained] == [100] * 4
     assert (run_dir / "checkpoints").is_dir() and (run_dir / "tb").is_dir()
     out = tmp_path / "curve.png"
     assert main(["plot", str(run_dir), "--out", str(out)]) == 0
@@ -75,7 +96,7 @@ def _token_agent(init_from=None, tokens=TINY):
 
 def test_init_from_a_world_model_copies_exactly_the_body(model_run):
     run_dir, _ = model_run
-    source = world_model.load_parameters(str(run_dir))
+    source = api.source_parameters(str(run_dir)).params
     key = jax.random.PRNGKey(3)
     initialised = _token_agent(run_dir).init(key).params
     fresh = _token_agent().init(key).params
@@ -108,23 +129,20 @@ def test_token_ppo_trains_from_a_world_model_on_the_command_line(model_run, tmp_
     assert main(argv) == 0
     assert "initialised from" in capsys.readouterr().err
     recorded = json.loads((policy_dir / "config.json").read_text())["init_from"]
-    assert recorded["copied"] == len(
-        jax.tree.leaves(world_model.load_parameters(str(run_dir))["params"]["body"])
-    )
+    body = api.source_parameters(str(run_dir)).params["params"]["body"]
+    assert recorded["copied"] == len(jax.tree.leaves(body))
     assert all(path.startswith("params/params/body/") for path in recorded["copied_paths"])
 
 
 def test_a_resumed_world_model_run_equals_the_uninterrupted_one(
     dataset, tmp_path, capsys, monkeypatch
 ):
-    """With standardised observations, as the README's example (their statistics are part
-    of the run's record, and a resume must find them unchanged)."""
+    """With standardised observations, as the README's example (the training episodes'
+    statistics), saved every other iteration."""
 
     def train(run_dir, steps):
-        argv = ["world-model", "--dataset", str(dataset), "--run-dir", str(tmp_path / run_dir)]
-        argv += ["--steps", str(steps), "--eval-every-n", "100", "--save-every-n", "200"]
-        argv += ["--normalize-observations", "True"]
-        return cmd_train([*argv, *TINY_FLAGS])
+        more = ("--normalize-observations", "--save-every-n", "2")
+        return cmd_train(_argv(dataset, tmp_path / run_dir, steps, *more))
 
     def lines(run_dir):
         records = (tmp_path / run_dir / "metrics.jsonl").read_text().splitlines()
@@ -134,72 +152,106 @@ def test_a_resumed_world_model_run_equals_the_uninterrupted_one(
     assert train("short", 200)["steps"] == 200
     resumed = cmd_train(["--resume", str(tmp_path / "short"), "--steps", "400"])
     assert resumed["steps"] == 400 and resumed["params_digest"] == straight["params_digest"]
-    assert resumed["best_eval_accuracy"] == straight["best_eval_accuracy"]
+    assert resumed["best_eval_return"] == straight["best_eval_return"]
     assert lines("short") == lines("straight")
-    assert main(["train", "--resume", str(tmp_path / "short")]) == 2
-    assert "has done its 400 steps" in capsys.readouterr().err
+    assert main(["train", "--resume", str(tmp_path / "short"), "--steps", "300"]) == 2
+    assert "already past 300 steps" in capsys.readouterr().err
 
-    # SIGTERM at step 100 (between two saves): it saves there, says so and stops; resumed,
-    # the run ends as the uninterrupted one.
-    evaluate, calls = world_model.evaluate, []
+    # SIGTERM in the first iteration (before its checkpoint is due): it saves there, says
+    # so and stops; resumed, the run ends as the uninterrupted one.
+    iteration = driver._Loop._iteration
 
-    def terminated_at_100(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 1:
+    def terminated_in_the_first(loop, state, i, first):
+        if i == 0:
             signal.raise_signal(signal.SIGTERM)
-        return evaluate(*args, **kwargs)
+        return iteration(loop, state, i, first)
 
-    monkeypatch.setattr(world_model, "evaluate", terminated_at_100)
-    argv = ["train", "world-model", "--dataset", str(dataset), "--steps", "400"]
-    argv += ["--run-dir", str(tmp_path / "stopped"), "--eval-every-n", "100"]
-    argv += ["--save-every-n", "200", "--normalize-observations", "True", *TINY_FLAGS]
+    monkeypatch.setattr(driver._Loop, "_iteration", terminated_in_the_first)
+    argv = ["train", *_argv(dataset, tmp_path / "stopped", 400)]
+    argv += ["--normalize-observations", "--save-every-n", "2"]
     assert main(argv) == 128 + signal.SIGTERM
-    assert "SIGTERM at step 100: checkpoint 100 saved" in capsys.readouterr().err
+    assert "SIGTERM at step 100: checkpoint 1 saved" in capsys.readouterr().err
     monkeypatch.undo()
     resumed = cmd_train(["--resume", str(tmp_path / "stopped")])
     assert resumed["params_digest"] == straight["params_digest"]
 
 
-def test_a_world_model_run_has_no_policy_to_evaluate(model_run, capsys):
+def test_a_world_model_run_has_no_policy_to_evaluate_or_load(model_run, capsys):
     run_dir, _ = model_run
     assert main(["eval", str(run_dir)]) == 2
-    assert "is a world-model run: it has no policy" in capsys.readouterr().err
+    assert "a model without a policy: it has none to evaluate" in capsys.readouterr().err
+    with pytest.raises(rundir.RunDirError, match="none to act with"):
+        heron.load(str(run_dir))
 
 
-def test_world_model_needs_a_dataset(capsys):
-    assert main(["train", "world-model", "--vocab-size", "16"]) == 2
-    assert "give --dataset DIR" in capsys.readouterr().err
+def test_world_model_needs_a_dataset_and_no_environment_evaluation(dataset, capsys):
+    assert main(["train", "world-model", "--world-model.vocab-size", "16"]) == 2
+    err = capsys.readouterr().err
+    assert "world-model is a model without a policy" in err and "give --dataset DIR" in err
+    argv = ["train", "world-model", "--dataset", str(dataset), "--n-evals", "4", *MODEL_FLAGS]
+    assert main(argv) == 2
+    assert "n_evals=4 sets the evaluation in the environment" in capsys.readouterr().err
 
 
-def test_world_model_is_not_an_agent():
-    with pytest.raises(agents.UnknownAgentError):
-        agents.config_class("world-model")
+def _frozen_lake_codec():
+    config = wm.WorldModelConfig(vocab_size=16, tokens=TINY)
+    return wm.codec(envs.make("gym:FrozenLake-v1").spec, config)
 
 
-def test_discrete_observations_are_exact_tokens_for_the_world_model_too(tmp_path):
+def test_discrete_observations_are_exact_tokens_for_the_world_model_too():
     """FrozenLake's 16 states: one token each, as a token policy writes them (the digits of
     a clipped Box made states 10..15 one token)."""
-    import gymnasium
+    codec = _frozen_lake_codec()
+    assert codec.layout.observation_tokens == 1 and codec.categorical
+    states = np.arange(16, dtype=np.float32)  # observations of shape ()
+    np.testing.assert_array_equal(codec.observation_tokens(states)[:, 0], np.arange(16))
 
-    from heron.offline import Episode, write_dataset
 
-    states = np.arange(16)
-    episode = Episode(
-        observations=states.astype(np.int64),
-        actions=np.zeros(15, np.int64),
-        rewards=np.zeros(15, np.float64),
-        terminations=np.zeros(15, bool),
-        truncations=np.eye(15, dtype=bool)[-1],
+def _reference_windows(step_type, observation, action, reward, history):
+    """Plain loops: the window of steps 0..K-1 of each sequence [K + 1] (time-major in)."""
+    length, batch = step_type.shape
+    k = history
+    tokens = np.zeros((batch, 2 * k), np.int32)
+    valid = np.zeros((batch, k), bool)
+    targets = np.zeros((batch, 2 * k), bool)
+    rewards, has_reward = np.zeros(batch, np.float32), np.zeros(batch, bool)
+    for m in range(batch):
+        for j in range(k):
+            valid[m, j] = all(step_type[i, m] != StepType.FIRST for i in range(j + 1, k))
+        predicted = np.zeros(2 * k, bool)
+        for j in range(k):
+            if valid[m, j]:
+                tokens[m, 2 * j] = observation[j, m]
+                tokens[m, 2 * j + 1] = action[j, m]
+                predicted[2 * j] = True
+                predicted[2 * j + 1] = step_type[j, m] != StepType.LAST
+        for p in range(2 * k - 1):
+            targets[m, p] = valid[m, p // 2] and predicted[p + 1]
+        rewards[m] = reward[k, m]
+        has_reward[m] = step_type[k - 1, m] != StepType.LAST
+    return tokens, valid, targets, rewards, has_reward
+
+
+def test_windows_match_a_plain_loop_reference():
+    """Sequences crossing episode starts and ends, against the plain loops."""
+    codec = _frozen_lake_codec()
+    k = codec.layout.n_steps
+    rng = np.random.default_rng(0)
+    length, batch = k + 1, 64
+    step_type = rng.choice([StepType.FIRST, StepType.MID, StepType.LAST], (length, batch))
+    observation = rng.integers(0, 16, (length, batch)).astype(np.float32)
+    action = rng.integers(0, 4, (length, batch)).astype(np.int32)
+    reward = rng.normal(size=(length, batch)).astype(np.float32)
+    steps = Experience(step_type, reward, np.ones_like(reward), observation, action)
+    got = wm.windows(codec, jax.tree.map(jnp.asarray, steps))
+    want = _reference_windows(step_type, observation, action, reward, k)
+    for name, a, b in zip(wm.Windows._fields, got, want, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), b, err_msg=name)
+
+
+def test_every_window_ends_at_each_step_in_turn():
+    steps = Experience(*(np.arange(5) for _ in range(5)))
+    sequences = wm.every_window(jax.tree.map(jnp.asarray, steps), 3)
+    np.testing.assert_array_equal(
+        sequences.reward, [[0, 0, 1, 2, 3], [0, 1, 2, 3, 4], [1, 2, 3, 4, 4]]
     )
-    spaces = gymnasium.spaces.Discrete(16), gymnasium.spaces.Discrete(4)
-    write_dataset(tmp_path / "lake", [episode, episode], *spaces)  # one held out
-    config = world_model.WorldModelConfig(
-        dataset=str(tmp_path / "lake"), env="gym:FrozenLake-v1", vocab_size=16, tokens=TINY
-    )
-    data = world_model._prepare(config)
-    assert data.layout.observation_tokens == 1
-    action_ser = world_model._model_parts(1, envs.make(config.env).spec.action, config, 16)[1]
-    serialized = world_model._serialize_episodes(
-        data.dataset.episodes, data.observation_ser, action_ser
-    )
-    np.testing.assert_array_equal(serialized[0][0][:, 0], states)

@@ -11,6 +11,10 @@
     controls = agent.controls(state)                                  # a controller's multipliers
     state = agent.with_controls(state, controls)
 
+A model without a policy (the world model) has ``act`` and ``policy`` None: it learns from
+a dataset only, and ``scoring`` evaluates it on episodes of that dataset held out of its
+replay, where an agent with a policy is evaluated in the environment.
+
 The agent decides *how* it learns: ``learn`` takes what it needs from the replay (a whole
 unroll, or sampled sequences) and runs its updates (epochs of mini-batches, or one sampled
 update) with the helpers of ``heron.agents.learning``. The driver decides *when*: it
@@ -30,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 
@@ -56,6 +60,20 @@ MakeReplayFn = Callable[..., Any]  # (num_envs, name=None, **sizes) -> Replay
 LearnFn = Callable[[State, Any, Any, Key], tuple[State, Any, Metrics]]
 ControlsFn = Callable[[State], dict[str, jax.Array]]
 WithControlsFn = Callable[[State, dict[str, jax.Array]], State]
+ScoreFn = Callable[[State, Experience], Metrics]
+
+
+class Scoring(NamedTuple):
+    """How a model without a policy is evaluated: ``holdout`` of its dataset's episodes
+    (a seeded share, at least one) are kept out of the replay, and at each evaluation
+    ``score(state, steps [N])`` (those episodes one after another, as the replay would keep
+    them) gives its metrics, of which ``headline`` is what an evaluation line reports as
+    its ``return_mean``, described as ``quantity``."""
+
+    holdout: float
+    score: ScoreFn
+    headline: str
+    quantity: str
 
 
 def state_controls(state: State) -> dict[str, jax.Array]:
@@ -75,8 +93,8 @@ class Agent:
     unroll_length: int  # steps collected per environment between two learning phases
     init: InitFn
     initial_carry: InitialCarryFn  # batch_size -> carry
-    act: ActFn  # (state, timestep [B], carry, key) -> (action, carry, extras)
-    policy: PolicyFn  # (state, timestep [B], carry, key, temperature) -> (action, carry)
+    act: ActFn | None  # (state, timestep [B], carry, key) -> (action, carry, extras)
+    policy: PolicyFn | None  # (state, timestep [B], carry, key, temperature) -> (action, carry)
     update: UpdateFn  # (state, sequences [L, M] time-major, key) -> (state, metrics)
     make_replay: MakeReplayFn
     learn: LearnFn  # (state, replay, replay_state, key) -> (state, replay_state, metrics)
@@ -96,6 +114,15 @@ class Agent:
     # (``learning.Hyperparameters``), read from and written into its state; {} where none.
     controls: ControlsFn = state_controls
     with_controls: WithControlsFn = with_state_controls
+    # A model without a policy (act and policy None): how it is evaluated on held-out data.
+    scoring: Scoring | None = None
+
+    def __post_init__(self):
+        if (self.act is None or self.policy is None) != (self.scoring is not None):
+            raise ValueError(
+                f"agent {self.name!r}: an agent acts and has a policy, or is a model without "
+                "either that is evaluated by its scoring; not both, not neither"
+            )
 
 
 # name -> (config class, factory(spec, config, devices) -> Agent)
@@ -165,6 +192,7 @@ __all__ = [
     "ConfigError",
     "MissingExtrasError",
     "ReplayConfig",
+    "Scoring",
     "check_config",
     "check_recurrence",
     "extra",

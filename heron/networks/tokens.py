@@ -6,7 +6,7 @@ The body reads the interleaved tokens of the last ``history`` steps,
 episode's start the missing earlier steps are padding that no position attends to. It is
 one module, ``TokenBody``, under the name ``body`` in every model built on it, so a token
 PPO policy (``TokenPolicyValue``: action logits and a value) and a world model
-(``heron.world_model``: next-token logits and a reward) share parameter paths and shapes,
+(``heron.agents.world_model``: next-token logits and a reward) share parameter paths and shapes,
 and ``--init-from`` copies one into the other.
 
 Positions are not shifted: the feature at position j has seen tokens 0..j, so the logits of

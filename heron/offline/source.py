@@ -5,7 +5,10 @@ history stacking; the dataset's own mean and variance are the normalisation stat
 frozen, for sampled steps and evaluation alike) and enter the agent's replay once, at the
 start, in one lane whose capacity is the dataset's size; nothing is collected afterwards.
 Each iteration is ``updates_per_iteration`` learning steps sampled from that replay (no
-warm-up, no replay ratio), and counts as that many steps towards ``--steps``.
+warm-up, no replay ratio), and counts as that many steps towards ``--steps``. A model
+without a policy (``Agent.scoring``) has a seeded share of the episodes held out of the
+replay, on which it is scored; their observations are normalised by the training
+episodes' statistics.
 """
 
 from __future__ import annotations
@@ -55,19 +58,42 @@ def through_pipeline(pipeline: ObservationPipeline, stats, steps) -> Any:
     return steps._replace(observation=seen.observation, reward=seen.reward)
 
 
+def held_out_episodes(count: int, holdout: float, seed: int) -> tuple[int, ...]:
+    """The indices of ``holdout`` of ``count`` episodes (a shuffle seeded by ``seed``; at
+    least one held out and one kept)."""
+    if count < 2:
+        raise ConfigError(
+            f"the dataset holds {count} episode: holding some out for evaluation needs at "
+            "least 2 (one to train on, one to score on)"
+        )
+    order = np.random.default_rng(seed).permutation(count)
+    held = min(max(1, int(round(holdout * count))), count - 1)
+    return tuple(sorted(int(i) for i in order[:held]))
+
+
 @dataclasses.dataclass(frozen=True)
 class DatasetSource(Source):
-    """``dataset``, checked against the evaluation env's spaces, replayed uniformly."""
+    """``dataset``, checked against the evaluation env's spaces, replayed uniformly but for
+    the episodes ``held_out_episodes`` (indices), kept apart as ``held_out_steps``."""
 
     dataset: Dataset
     pipeline: ObservationPipeline
     updates_per_iteration: int
     env_id: str
+    held_out_episodes: tuple[int, ...] = ()
 
     def __post_init__(self):
         check_against_env(self.dataset, self.pipeline.env_spec, self.env_id)
+        held = set(self.held_out_episodes)
+        episodes = self.dataset.episodes
+        training = [e for i, e in enumerate(episodes) if i not in held]
+        object.__setattr__(self, "training_steps", sum(e.num_steps + 1 for e in training))
         # On the device once, before any program traces it (a constant of every program).
-        object.__setattr__(self, "experience", self._experience())
+        steps, stats = self._experience(training)
+        object.__setattr__(self, "experience", (steps, stats))
+        if held:
+            held_out = self._through_pipeline([episodes[i] for i in sorted(held)], stats)
+            object.__setattr__(self, "held_out_steps", held_out)
 
     lanes = 1
     num_envs = 0  # no environment is stepped: no episodes to wait for before saving
@@ -85,23 +111,30 @@ class DatasetSource(Source):
     @property
     def replay_sizes(self) -> dict:
         return {
-            "capacity": self.dataset.num_steps + self.dataset.num_episodes,
+            "capacity": self.training_steps,
             "min_size": 0,
             "ratio": None,
         }
 
     @property
     def record(self) -> dict:
-        return {"dataset": {**self.dataset.summary(), "content_sha256": content_hash(self.dataset)}}
+        record = {**self.dataset.summary(), "content_sha256": content_hash(self.dataset)}
+        if self.held_out_episodes:
+            record["held_out_episodes"] = list(self.held_out_episodes)
+        return {"dataset": record}
 
-    def _experience(self):
-        """(the dataset as the agent sees it [1, N] (one lane), its observation statistics):
-        computed once, on the device."""
-        steps = to_steps(self.dataset.episodes, self.pipeline.env_spec.action.dtype)
+    def _experience(self, episodes):
+        """(the training episodes as the agent sees them [1, N] (one lane), their
+        observation statistics): computed once, on the device."""
+        steps = to_steps(episodes, self.pipeline.env_spec.action.dtype)
         stats = dataset_statistics(steps.observation) if self.pipeline.normalize else ()
+        return jax.tree.map(lambda x: x[None], self._through_pipeline(episodes, stats)), stats
+
+    def _through_pipeline(self, episodes, stats):
+        """``episodes`` one after another [N], as the replay keeps steps."""
+        steps = to_steps(episodes, self.pipeline.env_spec.action.dtype)
         pipeline = functools.partial(through_pipeline, self.pipeline)
-        seen = jax.jit(pipeline)(stats, jax.tree.map(jnp.asarray, steps))
-        return jax.tree.map(lambda x: x[None], seen), stats
+        return jax.jit(pipeline)(stats, jax.tree.map(jnp.asarray, steps))
 
     def init(self, agent: Agent, agent_state, key):
         steps, stats = self.experience
@@ -161,7 +194,11 @@ def make_dataset_source(request: sources.Request) -> DatasetSource:
         )
     run = request.run
     updates = run.updates_per_iteration or DEFAULT_UPDATES_PER_ITERATION
-    return DatasetSource(read_dataset(run.dataset), request.pipeline, updates, run.env)
+    dataset = read_dataset(run.dataset)
+    held_out = ()
+    if agent.scoring is not None:
+        held_out = held_out_episodes(dataset.num_episodes, agent.scoring.holdout, run.seed)
+    return DatasetSource(dataset, request.pipeline, updates, run.env, held_out)
 
 
 sources.register(

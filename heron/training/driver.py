@@ -27,6 +27,7 @@ from heron.agents.base import Agent
 from heron.configs import ConfigError
 from heron.run_config import RunConfig
 from heron.training import checkpoints, controllers, program_cache, rundir, signals
+from heron.training.evaluation import Evaluation
 from heron.training.logging import RunLogger
 from heron.training.program import EXPERIENCE, NON_FINITE, Program, TrainState, make_program
 from heron.training.sources import Source
@@ -51,7 +52,7 @@ class Setup:
     agent: Agent
     replay: Any
     source: Source
-    evaluate: Any  # (agent_state, observations, key) -> returns [n_temperatures, n]
+    evaluate: Evaluation | None  # None: the training episodes stand for the evaluation
     record: dict  # config.json's entries
     controller: Any = None  # history -> {hyperparameter: multiplier}, at each evaluation
     programs: program_cache.Store | None = None  # where its exported programs are kept
@@ -71,15 +72,21 @@ class Setup:
         return [self.run.seed + k for k in range(self.run.seeds)]
 
     @property
+    def temperatures(self) -> tuple[float, ...]:
+        """The temperatures of its evaluation lines."""
+        return (1.0,) if self.evaluate is None else self.evaluate.temperatures
+
+    @property
     def greedy_temperature(self) -> float:
-        return min(self.run.eval_temperatures) if self.run.separate_eval else 1.0
+        return min(self.temperatures)
 
     def program(self) -> Program:
         """The compiled program, made once: its functions keep their traces, so the
         validation in ``make_setup`` and the run share them."""
         if self.compiled is None:
+            evaluate = None if self.evaluate is None else self.evaluate.run
             program = make_program(
-                self.agent, self.replay, self.source, self.evaluate, bool(self.observers)
+                self.agent, self.replay, self.source, evaluate, bool(self.observers)
             )  # with observers its iteration also returns the steps: not the stored one's
             self.compiled = program_cache.cached(program, None if self.observers else self.programs)
         return self.compiled
@@ -177,8 +184,8 @@ class _Loop:
         run = setup.run
         self.start = time.monotonic() - wall_offset
         self.eval_keys = seed_keys(setup.seeds, stream=1)
-        self.greedy_index = int(np.argmin(run.eval_temperatures))
         self.greedy_history: list[np.ndarray] = []  # [K] greedy returns per evaluation
+        self.last_eval: list[dict] = []  # per seed, the latest evaluation's greedy line
         self.train_time, self.timed_steps = 0.0, 0
         self.latest_return = math.nan  # mean return of the latest episodes to end
         self.checkpointer = self.best_checkpointer = None
@@ -344,37 +351,30 @@ class _Loop:
             )
 
     def _evaluate(self, state: TrainState, index: int, steps: int, stats) -> None:
-        run = self.setup.run
-        if run.separate_eval:
+        setup = self.setup
+        if setup.evaluate is not None:
             keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(self.eval_keys, index)
-            returns = np.asarray(self.program.evaluate(state, keys))  # [K, T, n]
-            temperatures = run.eval_temperatures
-            results = [
-                [(r.mean(), r.std(), r.size) for r in seed_returns] for seed_returns in returns
+            results = jax.device_get(self.program.evaluate(state, keys))  # [K, ...]
+            lines = [
+                setup.evaluate.lines(jax.tree.map(lambda x, k=k: x[k], results))
+                for k in range(setup.run.seeds)
             ]
-            greedy = returns[:, self.greedy_index].mean(axis=1)
         else:  # Trax: the training episodes stand for the temperature-1.0 evaluation
             count, mean, std = self._episode_summary(stats, self.evaluated)
             self.evaluated = (stats.completed, stats.return_sum, stats.return_sq_sum)
-            temperatures = (1.0,)
-            results = [[(mean[k], std[k], int(count[k]))] for k in range(run.seeds)]
-            greedy = np.asarray(mean, np.float64)
+            lines = [
+                [{"temperature": 1.0, "return_mean": float(mean[k]),
+                  "return_std": float(std[k]), "episodes": int(count[k])}]
+                for k in range(setup.run.seeds)
+            ]  # fmt: skip
+        greedy_index = int(np.argmin(setup.temperatures))
+        greedy = np.asarray([seed_lines[greedy_index]["return_mean"] for seed_lines in lines])
+        self.last_eval = [seed_lines[greedy_index] for seed_lines in lines]
         wall = self.wall()
-        for seed, seed_results in zip(self.setup.seeds, results, strict=True):
-            for temperature, (mean, std, episodes) in zip(temperatures, seed_results, strict=True):
-                self._write(
-                    {
-                        "kind": "eval",
-                        "step": steps,
-                        "wall_s": wall,
-                        "seed": seed,
-                        "temperature": float(temperature),
-                        "return_mean": float(mean),
-                        "return_std": float(std),
-                        "episodes": int(episodes),
-                    }
-                )
-        self.greedy_history.append(greedy)
+        for seed, seed_lines in zip(setup.seeds, lines, strict=True):
+            for line in seed_lines:
+                self._write({"kind": "eval", "step": steps, "wall_s": wall, "seed": seed, **line})
+        self.greedy_history.append(greedy.astype(np.float64))
         mean = float(np.mean(greedy))
         if math.isfinite(mean) and mean > self.best:  # SB3's best model: the best greedy eval
             self.best = mean
@@ -491,6 +491,7 @@ class _Loop:
         }
         if setup.run.stop_at_return is not None:
             summary["stopped_at_return"] = self.reached_at is not None
+        summary.update(_evaluation_details(self.last_eval))
         first_seed = jax.tree.map(lambda x: x[0], state.source_state)
         summary.update(setup.source.summary(first_seed))  # e.g. what the source's actors did
         if setup.run.seeds > 1:
@@ -504,6 +505,17 @@ class _Loop:
                 for k, seed in enumerate(setup.seeds)
             ]
         return summary
+
+
+def _evaluation_details(lines: list[dict]) -> dict:
+    """What an evaluation reports beside the return (a model's ``quantity`` and
+    ``eval/<metric>``s), from its latest greedy line, averaged over seeds."""
+    if not lines:
+        return {}
+    details = {k: v for k, v in lines[0].items() if k == "quantity"}
+    for name in (k for k in lines[0] if k.startswith("eval/")):
+        details[name] = _number(np.mean([line[name] for line in lines]))
+    return details
 
 
 def _number(value) -> float | None:

@@ -36,7 +36,8 @@ class Program(NamedTuple):
     """The compiled pieces of a run. States and keys carry a leading seed axis [K].
 
     init(keys [K]) -> state; iteration(state) -> (state, metrics [K]);
-    evaluate(state, keys [K]) -> returns [K, n_temperatures, n_episodes];
+    evaluate(state, keys [K]) -> results [K, ...] (returns [K, n_temperatures, n_episodes]
+    of an evaluation in the environment);
     restart(state, keys [K]) -> state (a resumed run's environments, where they restart).
     """
 
@@ -120,8 +121,8 @@ def strongly_typed(tree):
 def make_program(
     agent: Agent, replay, source: Source, evaluate: Callable, observe: bool = False
 ) -> Program:
-    """``evaluate(agent_state, observations, key) -> returns [n_temperatures, n]`` is the
-    run's evaluation (``evaluation.make_evaluate`` with ``axis_name=SEED_AXIS``). With
+    """``evaluate(agent_state, observations, key) -> results`` runs the run's evaluation
+    (``evaluation.Evaluation.run``; ``make_evaluate``'s with ``axis_name=SEED_AXIS``). With
     ``observe`` the iteration's metrics also carry its steps (``EXPERIENCE``) for the
     host's observers."""
 

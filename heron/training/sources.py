@@ -83,6 +83,8 @@ class Source(abc.ABC):
     learn_limit: int | None = None  # most learning steps per iteration; None: the replay's rate
     resume_note: str | None = None  # said when a resumed run cannot continue exactly
     replayer: str | None = None  # the replayer it needs; None: the run's or the agent's own
+    # steps [N] kept out of the replay to score a model on (a dataset's held-out episodes)
+    held_out_steps: Any = None
     # False: the steps of ``init`` are all there is (a dataset), ``collect`` returns none
     collects: ClassVar[bool] = True
 
