@@ -44,9 +44,10 @@ OBSERVERS_NEED_STEPS = "observers see the steps a run collects; a run on a datas
 
 def _check_seeds(run: RunConfig, env) -> None:
     if run.seeds > 1 and not env.is_jax:
+        forms = " or ".join(envs.jax_native_forms())
         raise ConfigError(
-            f"seeds={run.seeds} needs a JAX environment (gymnax:<id> or heron:<id>) to vmap "
-            f"the runs into one program; {run.env!r} steps on the host: use seeds=1"
+            f"seeds={run.seeds} needs a JAX environment ({forms}) to vmap the runs into one "
+            f"program; {run.env!r} steps on the host: use seeds=1"
         )
 
 

@@ -31,6 +31,7 @@ from heron.envs.jax_env import JaxEnv
 from heron.envs.registry import (
     CUSTOM,
     is_builtin,
+    jax_native_forms,
     make,
     make_one,
     parse_env_id,
@@ -51,6 +52,7 @@ __all__ = [
     "import_env_module",
     "import_gymnax",
     "is_builtin",
+    "jax_native_forms",
     "make",
     "make_one",
     "parse_env_id",

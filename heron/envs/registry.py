@@ -98,6 +98,11 @@ def is_builtin(env_id: str) -> bool:
     return family is not None and family.is_builtin(name)
 
 
+def jax_native_forms() -> tuple[str, ...]:
+    """How the ids of the registered JAX-native families are written (``gymnax:<id>``)."""
+    return tuple(f.written for f in _FAMILIES.values() if f.jax_native)
+
+
 def traced_libraries() -> tuple[str, ...]:
     """The distributions the registered families trace into compiled programs, each once."""
     return tuple(dict.fromkeys(lib for f in _FAMILIES.values() for lib in f.traced_libraries))
