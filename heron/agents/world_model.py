@@ -40,7 +40,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from heron import parallel, replay, serialization
+from heron import parallel, serialization
+from heron import replay as replayers
 from heron.agents import learning
 from heron.agents.base import Agent, Scoring, check_config, register
 from heron.configs import integer, number, registered, scheduled
@@ -303,14 +304,14 @@ def make_world_model(spec: EnvSpec, config: WorldModelConfig, devices=None) -> A
     update = learning.data_parallel(update, devices or jax.devices(), ALGO, config.batch_size)
 
     def make_replay(num_envs: int, name: str | None = None, **sizes):
-        name = replay.check_name(name or SERVED[0], SERVED, ALGO)
+        name = replayers.check_name(name or SERVED[0], SERVED, ALGO)
         fields = dict(
             num_envs=num_envs,
             batch_size=config.batch_size,
             sequence_length=config.sequence_length,
             min_size=config.sequence_length,
         )
-        return replay.make_replay(name, replay.ReplaySizes(**{**fields, **sizes}))
+        return replayers.make_replay(name, replayers.ReplaySizes(**{**fields, **sizes}))
 
     def learn(state, replay, replay_state, key):
         sample_key, update_key = jax.random.split(key)
