@@ -459,7 +459,7 @@ def block(monkeypatch, *modules):
          'is not installed; install gymnasium\'s box2d extra: pip install "gymnasium[box2d]" '
          "(Box2D builds with swig: `pip install swig` first)"),
         ("gym:Ant-v5", ["mujoco"], "cannot make gym:Ant-v5: it needs MuJoCo, which is not "
-         'installed; install gymnasium\'s mujoco extra: pip install "gymnasium[mujoco]"'),
+         'installed; install heron\'s mujoco extra: pip install "heron[mujoco]"'),
         ("gym:Ant-v3", [], "gym:Ant-v3 is not supported: gymnasium's mujoco-py based v2/v3 "
          "environments moved to gymnasium-robotics; use the v5 id"),
         ("gym:GymV26Environment-v0", [], "is not supported: it wraps an environment of the "

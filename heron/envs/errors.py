@@ -71,6 +71,8 @@ def first_line(error: BaseException) -> str:
 
 _GYMNASIUM_EXTRA = re.compile(r"gymnasium\[([\w-]+)\]")
 _NOT_INSTALLED = re.compile(r"^(\S+) is not installed")
+# gymnasium's extras that heron pins as extras of its own (pyproject.toml), by name
+HERON_EXTRAS = {"mujoco": "mujoco"}
 
 
 def _missing_dependency(env_id: str, error: Exception) -> str:
@@ -78,6 +80,12 @@ def _missing_dependency(env_id: str, error: Exception) -> str:
     message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     package = _NOT_INSTALLED.match(message)
     extra = _GYMNASIUM_EXTRA.search(message)
+    if package and extra and extra[1] in HERON_EXTRAS:
+        ours = HERON_EXTRAS[extra[1]]
+        return (
+            f"cannot make {env_id}: it needs {package[1]}, which is not installed; install "
+            f'heron\'s {ours} extra: pip install "heron[{ours}]"'
+        )
     if package and extra:
         swig = " (Box2D builds with swig: `pip install swig` first)" if extra[1] == "box2d" else ""
         return (
