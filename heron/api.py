@@ -56,6 +56,20 @@ def _check_seeds(run: RunConfig, env) -> None:
 ENVIRONMENT_EVALUATION = ("n_evals", "eval_temperatures", "max_timestep_eval")
 
 
+def _return_discount(algo: str, agent_config, run: RunConfig) -> float:
+    """The discount of the returns ``normalize_rewards`` divides rewards by: the agent's own
+    (SB3's VecNormalize is given the agent's gamma), which must then be a number."""
+    if not run.normalize_rewards:
+        return ObservationPipeline.discount
+    discount = agent_config.discount
+    if not isinstance(discount, int | float):
+        raise ConfigError(
+            f"normalize_rewards divides rewards by the spread of returns discounted by "
+            f"{algo}.discount, which is scheduled ({discount!r}): give it a number"
+        )
+    return float(discount)
+
+
 def _evaluation(agent: Agent, run: RunConfig, pipeline: ObservationPipeline, source):
     """In the environment, or, for a model without a policy, its score on the source's
     held-out steps; None where training episodes stand for the evaluation."""
@@ -114,7 +128,12 @@ def build(
         env = envs.make(run.env, 1, run.max_timestep_eval)
     _check_seeds(run, env)
     pipeline = ObservationPipeline(
-        env.spec, run.normalize_observations, run.len_history_for_policy, run.reward_scale
+        env.spec,
+        run.normalize_observations,
+        run.len_history_for_policy,
+        run.reward_scale,
+        normalize_rewards=run.normalize_rewards,
+        discount=_return_discount(algo, agent_config, run),
     )
     agent = agents.make(algo, pipeline.spec, agent_config, collects=kind.collects)
     if kind.collects and agent.act is None:

@@ -84,6 +84,11 @@ class RunConfig:
     """Normalise observations by running mean and std (kept in checkpoints)."""
     reward_scale: float = number(1.0, 0.0, low_open=True)
     """Factor on the rewards the learner sees (returns are reported unscaled)."""
+    normalize_rewards: bool = False
+    """Divide the rewards the learner sees by the running standard deviation of the
+    discounted return (at the agent's discount), clipped to +-10: SB3's
+    VecNormalize(norm_reward=True). Its statistics come from training steps and are kept in
+    checkpoints; returns are reported unnormalised."""
     max_timestep_eval: int | None = integer(None, 1, optional=True)
     """Evaluation episode time limit; default the env's own."""
     save_every_n: int = integer(100, 1)
@@ -143,4 +148,9 @@ class RunConfig:
             )
         if self.run_dir is not None and not self.run_dir:
             raise ConfigError("run_dir must be a directory path, got an empty string")
+        if self.normalize_rewards and self.reward_scale != 1.0:
+            raise ConfigError(
+                f"reward_scale={self.reward_scale:g} would be undone by normalize_rewards, "
+                "which divides the rewards by their returns' standard deviation: use one of them"
+            )
         sources.check(self)

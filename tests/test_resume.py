@@ -39,10 +39,22 @@ RECURRENT_PPO = dataclasses.replace(
     [
         ({}, PPO),
         ({"separate_eval": False}, PPO),
-        ({"normalize_observations": True, "len_history_for_policy": 2}, PPO),
+        (
+            {
+                "normalize_observations": True,
+                "len_history_for_policy": 2,
+                "normalize_rewards": True,
+            },
+            PPO,
+        ),
         ({"env": "heron:CartPole-masked-v1"}, RECURRENT_PPO),
     ],
-    ids=["plain", "training_episodes_as_evaluation", "normalised_with_history", "lstm"],
+    ids=[
+        "plain",
+        "training_episodes_as_evaluation",
+        "normalised_with_history",
+        "lstm",
+    ],  # normalised: observations and rewards
 )
 def test_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch, overrides, ppo):
     """16 iterations straight, and stopped after checkpoint 8 then resumed."""

@@ -28,7 +28,7 @@ from jax.experimental import io_callback
 
 from heron.agents.base import Agent
 from heron.distributed.pool import ActorPool, Taken
-from heron.envs.wrappers import ObservationPipeline, PipelineState, RunningStats
+from heron.envs.wrappers import ObservationPipeline, PipelineState, ReturnStats, RunningStats
 from heron.run_config import ASYNC, DistConfig
 from heron.training.sources import EnvSource, EpisodeStats, Source
 
@@ -294,15 +294,21 @@ class RaySource(Source):
         return jax.tree.map(lambda x: x[:, None], _joined(state.actors.pending))
 
     def observations(self, state: RaySourceState) -> PipelineState:
-        """The actors' observation statistics merged (the evaluation's)."""
+        """The actors' observation (and return) statistics merged (the evaluation's)."""
         pipeline = state.actors.observations
         stats = merge_stats(pipeline.stats) if self.pipeline.normalize else ()
-        return PipelineState(stats, _joined(pipeline.history) if pipeline.history != () else ())
+        history = _joined(pipeline.history) if pipeline.history != () else ()
+        returns = ()
+        if self.pipeline.normalize_rewards:
+            returns = ReturnStats(
+                _joined(pipeline.returns.returns), merge_stats(pipeline.returns.stats)
+            )
+        return PipelineState(stats, history, returns)
 
     def view(self, state: RaySourceState):
         """What the learner sees of the actors' steps: normalised with their merged
         statistics."""
-        return self.pipeline.view(self.observations(state).stats)
+        return self.pipeline.view(self.observations(state))
 
     def episodes(self, state: RaySourceState) -> EpisodeStats:
         return join_episodes(state.actors.stats)

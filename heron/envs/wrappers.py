@@ -3,10 +3,12 @@ over an explicit state (so it is compiled with the run and saved in its checkpoi
 
 ``ObservationPipeline`` stacks the last ``history`` observations (Trax's
 ``len_history_for_policy``; at an episode's FIRST step the history is filled with its first
-observation), scales rewards for the learner, and normalises observations with running
-statistics (updated only from training steps; evaluation uses them frozen). Replays keep
-steps before normalisation; the latest statistics normalise them whenever they are used.
-Episode returns are measured before the reward scaling.
+observation), scales rewards for the learner, normalises observations with running
+statistics, and may divide rewards by the running standard deviation of the discounted
+return (SB3's ``VecNormalize(norm_reward=True)``); the statistics are updated only from
+training steps (evaluation uses them frozen). Replays keep steps before normalisation; the
+latest statistics normalise them whenever they are used (as ALF's normalisers and SB3's
+off-policy buffers do). Episode returns are measured before any of it.
 """
 
 from __future__ import annotations
@@ -49,10 +51,37 @@ class RunningStats(NamedTuple):
         )
         return RunningStats(total, mean, m2 / total)
 
+    def update_where(self, batch, mask) -> RunningStats:
+        """Adds the entries of ``batch`` [B] where ``mask`` [B] holds (none: unchanged)."""
+        weights = mask.astype(jnp.float32)
+        batch_count = jnp.sum(weights)
+        batch_mean = jnp.sum(batch * weights) / jnp.maximum(batch_count, 1.0)
+        batch_var = jnp.sum((batch - batch_mean) ** 2 * weights) / jnp.maximum(batch_count, 1.0)
+        total = self.count + batch_count
+        safe_total = jnp.maximum(total, 1.0)
+        delta = batch_mean - self.mean
+        mean = self.mean + delta * batch_count / safe_total
+        m2 = (
+            self.var * self.count
+            + batch_var * batch_count
+            + delta**2 * self.count * batch_count / safe_total
+        )
+        updated = RunningStats(total, mean, m2 / safe_total)
+        return jax.tree.map(lambda new, old: jnp.where(batch_count > 0, new, old), updated, self)
+
+
+class ReturnStats(NamedTuple):
+    """Each environment's running discounted return and the statistics of those returns
+    (SB3's ``VecNormalize.returns`` and ``ret_rms``)."""
+
+    returns: jax.Array  # [B]
+    stats: RunningStats  # of the returns: shape ()
+
 
 class PipelineState(NamedTuple):
     stats: Any  # RunningStats, or () without normalisation
     history: Any  # [B, history, *obs], or () without history
+    returns: Any = ()  # ReturnStats, or () without reward normalisation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +91,8 @@ class ObservationPipeline:
     history: int = 1
     reward_scale: float = 1.0
     clip: float = 10.0
+    normalize_rewards: bool = False
+    discount: float = 0.99  # of the returns whose standard deviation divides the rewards
 
     @property
     def spec(self) -> EnvSpec:
@@ -84,33 +115,47 @@ class ObservationPipeline:
         history = (
             jnp.zeros((num_envs, self.history) + shape, jnp.float32) if self.history > 1 else ()
         )
-        return PipelineState(stats, history)
+        returns = ()
+        if self.normalize_rewards:
+            returns = ReturnStats(jnp.zeros(num_envs, jnp.float32), RunningStats.zeros(()))
+        return PipelineState(stats, history, returns)
 
     def with_history_for(self, state: PipelineState, num_envs: int) -> PipelineState:
-        """The same statistics with a fresh history for ``num_envs`` other environments."""
-        return state._replace(history=self.init(num_envs).history)
+        """The same statistics with a fresh history (and returns) for ``num_envs`` other
+        environments."""
+        fresh = self.init(num_envs)
+        returns = state.returns
+        if self.normalize_rewards:
+            returns = ReturnStats(fresh.returns.returns, state.returns.stats)
+        return state._replace(history=fresh.history, returns=returns)
 
     def record(self, state: PipelineState, timestep: TimeStep, update_stats: bool):
         """(state, raw TimeStep [B]) -> (state, TimeStep as the replay keeps it): the last
         ``history`` raw observations stacked, rewards scaled, the statistics updated from the
         raw observations (``update_stats``); not normalised: that is done with the latest
         statistics whenever the step is used (``normalize``), as ALF re-applies its
-        observation transforms to replayed experience."""
+        observation transforms to replayed experience. Under ``normalize_rewards`` each
+        environment's discounted return of the raw rewards is accumulated (from 0 at its
+        FIRST steps, which do not count) and its statistics updated (``update_stats``)."""
         observation = jnp.asarray(timestep.observation, jnp.float32)
         stats = state.stats
         if self.normalize and update_stats:
             stats = stats.update(observation)
+        first = timestep.step_type == StepType.FIRST
         history = state.history
         if self.history > 1:
-            first = timestep.step_type == StepType.FIRST
             shifted = jnp.concatenate([history[:, 1:], observation[:, None]], axis=1)
             filled = jnp.repeat(observation[:, None], self.history, axis=1)
             mask = first.reshape((-1,) + (1,) * (shifted.ndim - 1))
             history = jnp.where(mask, filled, shifted)
             observation = history
-        reward = jnp.asarray(timestep.reward, jnp.float32) * self.reward_scale
-        return PipelineState(stats, history), timestep._replace(
-            observation=observation, reward=reward
+        raw_reward = jnp.asarray(timestep.reward, jnp.float32)
+        returns = state.returns
+        if self.normalize_rewards and update_stats:
+            running = jnp.where(first, 0.0, returns.returns * self.discount + raw_reward)
+            returns = ReturnStats(running, returns.stats.update_where(running, ~first))
+        return PipelineState(stats, history, returns), timestep._replace(
+            observation=observation, reward=raw_reward * self.reward_scale
         )
 
     def normalize_observation(self, stats, observation):
@@ -121,17 +166,26 @@ class ObservationPipeline:
         scaled = (observation - stats.mean) / jnp.sqrt(stats.var + 1e-8)
         return jnp.clip(scaled, -self.clip, self.clip)
 
-    def view(self, stats):
-        """``experience -> experience`` with observations normalised by ``stats``: what an
-        agent sees of recorded steps."""
+    def normalize_reward(self, returns, reward):
+        """Rewards divided by the standard deviation of the discounted returns, clipped to
+        +-clip (SB3's ``normalize_reward``; unchanged without reward normalisation)."""
+        if not self.normalize_rewards:
+            return reward
+        scaled = reward / jnp.sqrt(returns.stats.var + 1e-8)
+        return jnp.clip(scaled, -self.clip, self.clip)
+
+    def view(self, state: PipelineState):
+        """``experience -> experience`` with observations (and rewards) normalised by the
+        statistics of ``state``: what an agent sees of recorded steps."""
 
         def normalized(experience):
-            observation = self.normalize_observation(stats, experience.observation)
-            return experience._replace(observation=observation)
+            observation = self.normalize_observation(state.stats, experience.observation)
+            reward = self.normalize_reward(state.returns, experience.reward)
+            return experience._replace(observation=observation, reward=reward)
 
         return normalized
 
     def apply(self, state: PipelineState, timestep: TimeStep, update_stats: bool):
         """(state, raw TimeStep [B]) -> (state, TimeStep as the agent sees it)."""
         state, recorded = self.record(state, timestep, update_stats)
-        return state, self.view(state.stats)(recorded)
+        return state, self.view(state)(recorded)

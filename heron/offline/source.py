@@ -150,7 +150,7 @@ class DatasetSource(Source):
         return state.observations
 
     def view(self, state: DatasetState):
-        return self.pipeline.view(state.observations.stats)
+        return self.pipeline.view(state.observations)
 
     def episodes(self, state: DatasetState) -> EpisodeStats:
         return EpisodeStats.zeros(1)
@@ -171,6 +171,12 @@ def check_dataset_options(run) -> None:
         raise ConfigError(
             "separate_eval=False reports training episodes as evaluations; an offline run "
             "has no training episodes: keep separate_eval True"
+        )
+    if run.normalize_rewards:
+        raise ConfigError(
+            "normalize_rewards keeps running statistics of the returns of the episodes a run "
+            "collects; an offline run learns from the dataset's rewards as recorded: use "
+            "reward_scale"
         )
     if run.replay not in (None, DatasetSource.replayer):
         raise ConfigError(

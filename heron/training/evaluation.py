@@ -126,7 +126,7 @@ def make_scoring(agent: Agent, held_out, pipeline: ObservationPipeline) -> Evalu
 
     def run(agent_state, observations: PipelineState, key):
         del key  # the score is of all the held-out steps
-        return scoring.score(agent_state, pipeline.view(observations.stats)(held_out))
+        return scoring.score(agent_state, pipeline.view(observations)(held_out))
 
     def lines(metrics) -> list[dict]:
         return [

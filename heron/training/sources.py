@@ -207,7 +207,7 @@ class EnvSource(Source):
         its normalised view."""
         stats = stats.update(raw)
         observations, recorded = self.pipeline.record(observations, raw, update_stats=True)
-        timestep = self.pipeline.view(observations.stats)(recorded)
+        timestep = self.pipeline.view(observations)(recorded)
         action, new_carry, extras = agent.act(agent_state, timestep, carry, key)
         prev_action = ()
         if agent.uses_prev_action:
@@ -268,7 +268,7 @@ class EnvSource(Source):
         return state.observations
 
     def view(self, state: EnvSourceState):
-        return self.pipeline.view(state.observations.stats)
+        return self.pipeline.view(state.observations)
 
     def episodes(self, state: EnvSourceState) -> EpisodeStats:
         return state.stats
