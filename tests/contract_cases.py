@@ -16,6 +16,7 @@ from heron.agents import (
     SVG0Config,
 )
 from heron.agents.base import ReplayConfig
+from heron.agents.td3 import TD3Config
 
 SMALL_NETWORK = NetworkConfig(hidden_sizes=(16,), torso="layer_norm_mlp", activation="elu")
 
@@ -73,6 +74,20 @@ CASES = {
             batch_size=16,
             unroll_length=2,
             sequence_length=3,
+            replay=ReplayConfig(min_size=32, ratio=0.5),
+        ),
+        "gymnax:Pendulum-v1",
+        "gym:Pendulum-v1",
+        offline=True,
+        serves=("continuous",),
+    ),
+    "td3": Case(
+        TD3Config(
+            network=SMALL_NETWORK,
+            batch_size=16,
+            unroll_length=2,
+            sequence_length=3,
+            policy_delay=1,  # the 2-device check's single update must move the policy
             replay=ReplayConfig(min_size=32, ratio=0.5),
         ),
         "gymnax:Pendulum-v1",

@@ -1,6 +1,6 @@
 """The networks of the actor-critic agents: critics Q(s, a) on the flat observation beside
-the encoded action (CRR, SAC, SVG0; TD3's twin critics), and a tanh-Gaussian policy with its
-critics (SAC, SVG0).
+the encoded action (CRR, SAC, SVG0, TD3), and a policy with its critics: tanh-Gaussian (SAC,
+SVG0) or deterministic (TD3).
 
 Sequences are time-major [S, B] as the agents' updates read them. With a recurrent core
 every network unrolls over a sequence from its start state; ``Critics.states`` are the
@@ -144,8 +144,9 @@ class Sequences(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class ActorCritic:
-    """A tanh-Gaussian policy on flat observations and its critics, on Box actions squashed
-    to [-1, 1]^d (SAC, SVG0)."""
+    """A policy on flat observations and its critics, on Box actions squashed to [-1, 1]^d:
+    tanh-Gaussian (SAC, SVG0; ``act`` and ``evaluate``), or any other head acting through
+    ``act_with`` and ``evaluate_with`` (TD3's deterministic one)."""
 
     spec: EnvSpec
     policy: Network
@@ -164,24 +165,43 @@ class ActorCritic:
         """One step of the behaviour policy (``behaviour(head output)`` -> distribution,
         default the policy's tanh-Gaussian): (action in the Box, its log-probability, the
         carry with the policy's and the critics' states after it)."""
+
+        def sample(head_output):
+            return (behaviour or tanh_gaussian)(head_output).sample_and_log_prob(key)
+
+        return self.act_with(policy_params, critic_params, timestep, carry, sample)
+
+    def act_with(self, policy_params, critic_params, timestep: TimeStep, carry, choose):
+        """One step of a behaviour policy that ``choose(head output)`` -> (action in
+        [-1, 1]^d, what it reports) makes: (action in the Box, the report, the carry with
+        the policy's and the critics' states after it)."""
         observation, first = self.flat(timestep.observation), timestep.is_first()
         policy_state, head_output = self.policy.step(
             policy_params, carry["policy"], observation, first
         )
-        action, log_prob = (behaviour or tanh_gaussian)(head_output).sample_and_log_prob(key)
+        action, report = choose(head_output)
         new_carry = dict(carry, policy=policy_state)
         if self.critics.recurrent:  # every network's memory follows the steps taken
             state = self.critics.from_carry(carry["critic"])
             state = self.critics.step(critic_params, state, observation, action, first)[0]
             new_carry["critic"] = self.critics.to_carry(state)
-        return to_box(self.spec.action, action), log_prob, new_carry
+        return to_box(self.spec.action, action), report, new_carry
 
     def evaluate(self, policy_params, timestep: TimeStep, carry, key, temperature):
         """The policy at ``temperature`` (0: its mode): (action in the Box, carry)."""
+
+        def sample(head_output):
+            return tanh_gaussian(head_output).sample(key, temperature)
+
+        return self.evaluate_with(policy_params, timestep, carry, sample)
+
+    def evaluate_with(self, policy_params, timestep: TimeStep, carry, choose):
+        """The action ``choose(head output)`` in [-1, 1]^d, in the Box, and the carry with
+        the policy's state after it (the critics' memory is not needed to evaluate)."""
         policy_state, head_output = self.policy.step(
             policy_params, carry["policy"], self.flat(timestep.observation), timestep.is_first()
         )
-        action = tanh_gaussian(head_output).sample(key, temperature)
+        action = choose(head_output)
         return to_box(self.spec.action, action), dict(carry, policy=policy_state)
 
     def sequences(self, batch: Experience, start) -> Sequences:
@@ -217,19 +237,29 @@ class ActorCritic:
 
 
 def policy_and_critic(
-    spec: EnvSpec, config: NetworkConfig, critic_head: nn.Module
+    spec: EnvSpec,
+    config: NetworkConfig,
+    critic_head: nn.Module,
+    policy_head: nn.Module | None = None,
 ) -> tuple[Network, Network]:
-    """A policy of ``config``'s shape on flat observations (``PolicyHead``, state-dependent
-    std) and a critic of that shape ending in ``critic_head`` on flat observations beside
-    encoded actions."""
+    """A policy of ``config``'s shape on flat observations ending in ``policy_head`` (default
+    ``PolicyHead``, state-dependent std) and a critic of that shape ending in
+    ``critic_head`` on flat observations beside encoded actions."""
     observation_size = math.prod(spec.observation_shape)
-    policy = make_network(config, PolicyHead(spec.action, std="state"), observation_size)
+    if policy_head is None:
+        policy_head = PolicyHead(spec.action, std="state")
+    policy = make_network(config, policy_head, observation_size)
     critic = make_network(config, critic_head, observation_size + action_size(spec.action))
     return policy, critic
 
 
-def networks(spec: EnvSpec, config: NetworkConfig, num_critics: int | None) -> ActorCritic:
-    """The tanh-Gaussian policy and scalar critics of ``config``'s shape: ``num_critics``
-    stacked, or one (None)."""
-    policy, critic = policy_and_critic(spec, config, DenseHead((), None))
+def networks(
+    spec: EnvSpec,
+    config: NetworkConfig,
+    num_critics: int | None,
+    policy_head: nn.Module | None = None,
+) -> ActorCritic:
+    """The policy (default tanh-Gaussian; else ending in ``policy_head``) and scalar critics
+    of ``config``'s shape: ``num_critics`` stacked, or one (None)."""
+    policy, critic = policy_and_critic(spec, config, DenseHead((), None), policy_head)
     return ActorCritic(spec, policy, Critics(critic, spec.action, num_critics))
