@@ -36,7 +36,7 @@ def test_the_shipped_presets_cover_the_issue_list():
     listing = presets.listing()
     for env in ("gymnax:CartPole-v1", "gymnax:Acrobot-v1", "heron:CartPole-masked-v1", PENDULUM):
         assert env in listing["ppo"]
-    for algo in ("crr", "svg0", "sac"):
+    for algo in ("crr", "svg0", "sac", "td3"):
         assert PENDULUM in listing[algo]
     assert "gymnax:CartPole-v1" in listing["dqn"]
     assert presets.OFFLINE + PENDULUM in listing["crr"]

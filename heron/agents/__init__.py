@@ -18,6 +18,7 @@ from heron.agents.dqn import DQNConfig  # noqa: E402
 from heron.agents.ppo import PPOConfig  # noqa: E402
 from heron.agents.sac import SACConfig  # noqa: E402
 from heron.agents.svg0 import SVG0Config  # noqa: E402
+from heron.agents.td3 import TD3Config  # noqa: E402
 
 
 class UnknownAgentError(ValueError):
@@ -70,6 +71,7 @@ __all__ = [
     "ReplayConfig",
     "SACConfig",
     "SVG0Config",
+    "TD3Config",
     "UnknownAgentError",
     "config_class",
     "make",
