@@ -133,12 +133,17 @@ def make_program(
         replay_state = source.add(replay, replay.init(example), first_steps, first=True)
         return TrainState(agent_state, replay_state, source_state, key, jnp.zeros((), jnp.int32))
 
+    # One seed after another: vmapped, the orthogonal initialisers become a batched QR, whose
+    # jaxlib CPU kernel was seen to deadlock its thread pool on a loaded machine. And a program
+    # of its own: beside the host callbacks of a Gymnasium environment's first reset, the QR of
+    # wider inputs (SAC's 256-unit layers on 17 observations: gym:HalfCheetah-v5, Walker2d-v5)
+    # left XLA's CPU thread pool waiting for good in most runs.
+    agent_init = jax.jit(lambda keys: jax.lax.map(agent.init, keys))
+    sources_init = jax.jit(jax.vmap(init_one))
+
     def init(keys):
         keys = jax.vmap(lambda key: jax.random.split(key, 3))(keys)  # [K, 3]: agent, source, run
-        # One seed after another: vmapped, the orthogonal initialisers become a batched QR,
-        # whose jaxlib CPU kernel was seen to deadlock its thread pool on a loaded machine.
-        agent_states = jax.lax.map(agent.init, keys[:, 0])
-        return strongly_typed(jax.vmap(init_one)(keys, agent_states))
+        return strongly_typed(sources_init(keys, agent_init(keys[:, 0])))
 
     def iteration_one(state: TrainState):
         key, collect_key, learn_key = jax.random.split(state.key, 3)
@@ -170,7 +175,7 @@ def make_program(
         return strongly_typed(state._replace(source_state=source_state))
 
     return Program(
-        init=jax.jit(init),
+        init=init,  # two programs (above); exported as one by the program cache
         iteration=jax.jit(jax.vmap(iteration_one, axis_name=SEED_AXIS), donate_argnums=0),
         evaluate=jax.jit(jax.vmap(evaluate_one, axis_name=SEED_AXIS)),
         restart=jax.jit(jax.vmap(restart_one)),
