@@ -1,5 +1,8 @@
 """One network interface: feed-forward as the degenerate case, cores reset at FIRST in step
-and unroll alike, states before each step, stacked towers, and the distributions module."""
+and unroll alike, states before each step, stacked towers, the conv torso on images (every
+agent's, and a conv PPO and DQN iteration on MinAtar), and the distributions module."""
+
+import dataclasses
 
 import gymnasium
 import jax
@@ -9,6 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from heron import agents
+from heron.agents import DQNConfig, PPOConfig
+from heron.agents.base import ReplayConfig
+from heron.configs import ConfigError
 from heron.networks import (
     DenseHead,
     NetworkConfig,
@@ -17,7 +24,8 @@ from heron.networks import (
     make_network,
     stack,
 )
-from heron.specs import action_spec_from_space
+from heron.specs import EnvSpec, action_spec_from_space
+from heron.training import RunConfig
 
 INPUT = 5
 
@@ -180,3 +188,157 @@ def test_tanh_gaussian_kl_is_the_pre_tanh_gaussians():
     closed = np.log(0.8 / 0.5) + (0.5**2 + 0.5**2) / (2 * 0.8**2) - 0.5
     np.testing.assert_allclose(p.kl(q), [closed], rtol=1e-5)
     assert float(p.kl(p)[0]) == 0.0
+
+
+# ------------------------------------------------------------------------- the conv torso
+
+IMAGE = (10, 10, 4)  # MinAtar Breakout's [H, W, C]
+
+
+def _conv(observation_shape=IMAGE, extra_size=0, **overrides):
+    config = NetworkConfig(torso="conv", hidden_sizes=(8,), activation="relu", **overrides)
+    return make_network(config, DenseHead((3,), 1.0), observation_shape, extra_size)
+
+
+def _shapes(params):
+    return jax.tree.map(lambda x: x.shape, params["params"])
+
+
+def test_the_conv_torso_reads_images_and_flattens_its_feature_maps_into_the_mlp():
+    net = _conv(conv_channels=(16, 16), conv_kernel_sizes=(3, 3), conv_strides=(1, 2))
+    params = net.init(jax.random.PRNGKey(0))
+    torso = _shapes(params)["ConvTorso_0"]
+    assert torso["Conv_0"] == {"kernel": (3, 3, 4, 16), "bias": (16,)}
+    assert torso["Conv_1"] == {"kernel": (3, 3, 16, 16), "bias": (16,)}
+    # 10 -> 8 (3x3, stride 1, VALID) -> 3 (3x3, stride 2): 3 * 3 * 16 features
+    assert torso["Torso_0"]["Dense_0"] == {"kernel": (3 * 3 * 16, 8), "bias": (8,)}
+    images = jax.random.bernoulli(jax.random.PRNGKey(1), 0.3, (5, 2) + IMAGE)  # bool, as MinAtar
+    out = net.step(params, (), images, jnp.zeros((5, 2), bool))[1]
+    assert out.shape == (5, 2, 3)
+    one = net.step(params, (), images[3, 1], jnp.zeros((), bool))[1]  # any batch shape
+    np.testing.assert_allclose(one, out[3, 1], rtol=1e-5, atol=1e-6)
+
+
+def test_the_conv_torso_stacks_a_history_into_channels():
+    history = _conv((2, *IMAGE))
+    image = _conv((10, 10, 8))
+    params = history.init(jax.random.PRNGKey(0))
+    assert _shapes(params) == _shapes(image.init(jax.random.PRNGKey(0)))
+    stacked = jax.random.normal(jax.random.PRNGKey(1), (3, 2, *IMAGE))  # [B, history, H, W, C]
+    channels = jnp.concatenate([stacked[:, 0], stacked[:, 1]], axis=-1)  # oldest first
+    first = jnp.zeros(3, bool)
+    np.testing.assert_allclose(
+        history.step(params, (), stacked, first)[1],
+        image.step(params, (), channels, first)[1],
+        rtol=1e-5,
+        atol=1e-6,
+    )
+
+
+def test_a_conv_critic_reads_its_extra_inputs_beside_the_feature_maps():
+    net = _conv(extra_size=2, core="gru", core_size=6)
+    params = net.init(jax.random.PRNGKey(0))
+    assert _shapes(params)["ConvTorso_0"]["Torso_0"]["Dense_0"]["kernel"] == (8 * 8 * 16 + 2, 8)
+    images, action = jnp.ones((4, *IMAGE)), jnp.ones((4, 2))
+    state, out = net.step(params, net.initial_state((4,)), (images, action), jnp.ones(4, bool))
+    assert out.shape == (4, 3) and state.shape == (4, 6)
+    _, other = net.step(params, net.initial_state((4,)), (images, -action), jnp.ones(4, bool))
+    assert not np.allclose(out, other)  # the action reaches the output
+
+
+@pytest.mark.parametrize(
+    "shape, overrides, message",
+    [
+        (
+            (4,),
+            {},
+            r"network.torso conv reads images \[H, W, C\].* shape \(4,\): use network.torso mlp",
+        ),
+        ((6, 7), {}, r"shape \(6, 7\)"),
+        ((2, 3, 10, 10, 4), {}, r"shape \(2, 3, 10, 10, 4\)"),
+        (
+            IMAGE,
+            {"conv_channels": (16, 16)},
+            r"network.conv_channels \(16, 16\), network.conv_kernel_sizes \(3,\) and "
+            r"network.conv_strides \(1,\) must have one entry per conv layer",
+        ),
+        (IMAGE, {"conv_kernel_sizes": (11,)}, r"leave no feature map of images \(10, 10, 4\)"),
+    ],
+)
+def test_the_conv_torso_refuses_what_it_cannot_read(shape, overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        _conv(shape, **overrides)
+
+
+def test_conv_fields_are_validated_under_the_agents_name():
+    with pytest.raises(ConfigError, match=r"ppo.network.conv_channels must be one or more"):
+        PPOConfig(network=NetworkConfig(conv_channels=()))
+    with pytest.raises(ConfigError, match=r"dqn.network.conv_strides must be one or more"):
+        DQNConfig(network=NetworkConfig(conv_strides=(0,)))
+    with pytest.raises(ConfigError, match=r"shape \(4,\)"):  # an agent on CartPole's vectors
+        agents.make("ppo", _image_spec((4,), gymnasium.spaces.Discrete(2)), _conv_config("ppo"))
+
+
+def _image_spec(shape, action_space):
+    return EnvSpec(shape, np.float32, action_spec_from_space(action_space))
+
+
+def _conv_config(algo: str):
+    network = NetworkConfig(torso="conv", conv_channels=(4,), hidden_sizes=(8,))
+    return agents.config_class(algo)(network=network)
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn", "sac", "svg0", "crr"])
+def test_every_agent_gets_the_conv_torso_in_each_of_its_networks(algo):
+    action_space = gymnasium.spaces.Discrete(3)
+    if algo in ("sac", "svg0", "crr"):
+        action_space = gymnasium.spaces.Box(-1.0, 1.0, (2,))
+    spec = _image_spec(IMAGE, action_space)
+    state = jax.eval_shape(agents.make(algo, spec, _conv_config(algo)).init, jax.random.PRNGKey(0))
+    kernels = {
+        jax.tree_util.keystr(path): leaf.shape
+        for path, leaf in jax.tree_util.tree_leaves_with_path(state)
+        if "Conv_0']['kernel" in jax.tree_util.keystr(path)
+        and "opt_state" not in jax.tree_util.keystr(path)
+    }
+    # ppo: policy and value towers; dqn: online and target; sac: the policy, the twin critics
+    # and their targets; svg0, crr: policy, critic and a target of each
+    towers = {"ppo": 2, "dqn": 2, "sac": 3, "svg0": 4, "crr": 4}[algo]
+    assert len(kernels) == towers, kernels
+    assert all(shape[-4:] == (3, 3, 4, 4) for shape in kernels.values()), kernels
+
+
+@pytest.mark.parametrize(
+    "algo, config",
+    [
+        ("ppo", PPOConfig(unroll_length=4, batch_size=8, num_epochs=1)),
+        (
+            "dqn",
+            DQNConfig(
+                batch_size=8,
+                unroll_length=4,
+                n_step=1,
+                sequence_length=2,
+                replay=ReplayConfig(min_size=8, ratio=1.0),
+            ),
+        ),
+    ],
+)
+def test_a_conv_agent_trains_an_iteration_on_minatar(algo, config, tmp_path):
+    import conftest
+
+    from heron.api import train
+
+    network = NetworkConfig(torso="conv", conv_channels=(4,), hidden_sizes=(8,))
+    config = dataclasses.replace(config, network=network)
+    run = RunConfig(
+        env="gymnax:Breakout-MinAtar",
+        steps=8,
+        num_envs=2,
+        n_evals=1,
+        eval_temperatures=(0.0,),
+        max_timestep_eval=8,
+    )
+    summary = train(conftest.build(algo, config, run), str(tmp_path / "run"))
+    assert summary["steps"] == 8
+    assert np.isfinite(summary["final_eval_return"])

@@ -1,6 +1,8 @@
-"""The networks of the actor-critic agents: critics Q(s, a) on the flat observation beside
-the encoded action (CRR, SAC, SVG0, TD3), and a policy with its critics: tanh-Gaussian (SAC,
-SVG0) or deterministic (TD3).
+"""The networks of the actor-critic agents: critics Q(s, a) on the observation beside the
+encoded action (CRR, SAC, SVG0, TD3), and a policy with its critics: tanh-Gaussian (SAC,
+SVG0) or deterministic (TD3). Observations reach every network untouched: its torso reads
+them (``heron.networks.network``), so the conv torso serves these agents as it serves the
+rest.
 
 Sequences are time-major [S, B] as the agents' updates read them. With a recurrent core
 every network unrolls over a sequence from its start state; ``Critics.states`` are the
@@ -11,7 +13,6 @@ critics' states before each step of their unroll on the actions taken, from whic
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, NamedTuple
 
 import flax.linen as nn
@@ -27,7 +28,6 @@ from heron.networks import (
     NetworkConfig,
     PolicyHead,
     distributions,
-    flat_observation,
     make_network,
 )
 from heron.specs import ActionSpec, EnvSpec
@@ -53,9 +53,9 @@ def sample_with_log_prob(head_output, key, count):
 
 @dataclasses.dataclass(frozen=True)
 class Critics:
-    """Q networks on flat observations beside encoded actions (``actions.encode_action``):
-    one ``network`` (``count`` None), or ``count`` copies of it vmapped over stacked
-    parameters, states and outputs [count, ...] (twin critics)."""
+    """Q networks on observations beside encoded actions (``actions.encode_action``), the
+    network's extra inputs: one ``network`` (``count`` None), or ``count`` copies of it
+    vmapped over stacked parameters, states and outputs [count, ...] (twin critics)."""
 
     network: Network
     action_spec: ActionSpec
@@ -66,7 +66,8 @@ class Critics:
         return self.network.recurrent
 
     def input(self, observation, action):
-        return jnp.concatenate([observation, encode_action(self.action_spec, action)], axis=-1)
+        """The critic network's input: (observation, encoded action)."""
+        return observation, encode_action(self.action_spec, action)
 
     def _each(self, function):
         """``function(params, state, x, first)`` of every critic on the same inputs."""
@@ -133,7 +134,7 @@ class Critics:
 class Sequences(NamedTuple):
     """A sampled batch as the losses read it: [S, B] time-major, S = T+1."""
 
-    observation: Any  # [S, B, obs] flat
+    observation: Any  # [S, B, *obs] as the environment gives them
     action: Any  # [S, B, d] in [-1, 1]
     first: Any  # bool [S, B]
     mask: Any  # [T, B]: 0 for the restart transitions (``heron.ops.restart_mask``)
@@ -144,16 +145,13 @@ class Sequences(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class ActorCritic:
-    """A policy on flat observations and its critics, on Box actions squashed to [-1, 1]^d:
-    tanh-Gaussian (SAC, SVG0; ``act`` and ``evaluate``), or any other head acting through
-    ``act_with`` and ``evaluate_with`` (TD3's deterministic one)."""
+    """A policy and its critics, on Box actions squashed to [-1, 1]^d: tanh-Gaussian (SAC,
+    SVG0; ``act`` and ``evaluate``), or any other head acting through ``act_with`` and
+    ``evaluate_with`` (TD3's deterministic one)."""
 
     spec: EnvSpec
     policy: Network
     critics: Critics
-
-    def flat(self, observation):
-        return flat_observation(self.spec.observation_shape, observation)
 
     def initial_carry(self, batch_size: int) -> dict:
         return {
@@ -175,7 +173,7 @@ class ActorCritic:
         """One step of a behaviour policy that ``choose(head output)`` -> (action in
         [-1, 1]^d, what it reports) makes: (action in the Box, the report, the carry with
         the policy's and the critics' states after it)."""
-        observation, first = self.flat(timestep.observation), timestep.is_first()
+        observation, first = timestep.observation, timestep.is_first()
         policy_state, head_output = self.policy.step(
             policy_params, carry["policy"], observation, first
         )
@@ -199,7 +197,7 @@ class ActorCritic:
         """The action ``choose(head output)`` in [-1, 1]^d, in the Box, and the carry with
         the policy's state after it (the critics' memory is not needed to evaluate)."""
         policy_state, head_output = self.policy.step(
-            policy_params, carry["policy"], self.flat(timestep.observation), timestep.is_first()
+            policy_params, carry["policy"], timestep.observation, timestep.is_first()
         )
         action = choose(head_output)
         return to_box(self.spec.action, action), dict(carry, policy=policy_state)
@@ -207,7 +205,7 @@ class ActorCritic:
     def sequences(self, batch: Experience, start) -> Sequences:
         first = batch.step_type == StepType.FIRST
         return Sequences(
-            observation=self.flat(batch.observation),
+            observation=batch.observation,
             action=from_box(self.spec.action, batch.action),
             first=first,
             mask=restart_masks(first),
@@ -242,14 +240,14 @@ def policy_and_critic(
     critic_head: nn.Module,
     policy_head: nn.Module | None = None,
 ) -> tuple[Network, Network]:
-    """A policy of ``config``'s shape on flat observations ending in ``policy_head`` (default
+    """A policy of ``config``'s shape on observations ending in ``policy_head`` (default
     ``PolicyHead``, state-dependent std) and a critic of that shape ending in
-    ``critic_head`` on flat observations beside encoded actions."""
-    observation_size = math.prod(spec.observation_shape)
+    ``critic_head`` on observations beside encoded actions (``Critics.input``)."""
+    shape = spec.observation_shape
     if policy_head is None:
         policy_head = PolicyHead(spec.action, std="state")
-    policy = make_network(config, policy_head, observation_size)
-    critic = make_network(config, critic_head, observation_size + action_size(spec.action))
+    policy = make_network(config, policy_head, shape)
+    critic = make_network(config, critic_head, shape, extra_size=action_size(spec.action))
     return policy, critic
 
 

@@ -43,7 +43,6 @@ from heron.networks import (
     Network,
     NetworkConfig,
     distributions,
-    flat_observation,
 )
 from heron.specs import EnvSpec
 from heron.types import StepType, TimeStep
@@ -163,17 +162,13 @@ class CRRState(NamedTuple):
 
 
 class CRRNetworks(NamedTuple):
-    """The policy on flat observations and the categorical critic on flat observations
-    beside encoded actions (``actions.encode_action``), logits [..., num_atoms] over
-    ``atoms``."""
+    """The policy on observations and the categorical critic on observations beside encoded
+    actions (``actions.encode_action``), logits [..., num_atoms] over ``atoms``."""
 
     spec: EnvSpec
     policy: Network
     critic: Critics
     atoms: jax.Array
-
-    def flat(self, observation):
-        return flat_observation(self.spec.observation_shape, observation)
 
     def distribution(self, head_output):
         return distributions.make(self.spec.action, head_output, squash=True)
@@ -203,7 +198,7 @@ def networks(spec: EnvSpec, config: CRRConfig) -> CRRNetworks:
 class Inputs(NamedTuple):
     """Sequences [L, M] as the losses read them (L - 1 transitions each)."""
 
-    observation: Any  # [L, M, obs] flat
+    observation: Any  # [L, M, *obs] as the environment gives them
     action: Any  # [L, M, ...] in [-1, 1] (Box) or indices
     first: Any  # bool [L, M]
     mask: Any  # [L-1, M]: 0 for the transitions out of a LAST step (resets)
@@ -213,7 +208,7 @@ class Inputs(NamedTuple):
 
 def inputs_of(networks: CRRNetworks, batch) -> Inputs:
     return Inputs(
-        observation=networks.flat(batch.observation),
+        observation=batch.observation,
         action=from_box(networks.spec.action, batch.action),
         first=batch.step_type == StepType.FIRST,
         mask=(batch.step_type[:-1] != StepType.LAST).astype(jnp.float32),
@@ -377,7 +372,7 @@ def make_crr(spec: EnvSpec, config: CRRConfig, devices=None) -> Agent:
         return action, chosen
 
     def step(state: CRRState, timestep: TimeStep, carry, key, temperature, resample: bool):
-        observation, first = nets.flat(timestep.observation), timestep.is_first()
+        observation, first = timestep.observation, timestep.is_first()
         policy_state, head_output = nets.policy.step(
             state.policy_params, carry["policy"], observation, first
         )

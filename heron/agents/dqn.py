@@ -31,7 +31,6 @@ first ``burn_in`` steps only advance the state (no gradient, no loss).
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, ClassVar, NamedTuple
 
 import jax
@@ -49,7 +48,7 @@ from heron.agents.base import (
     warn_zero_start,
 )
 from heron.configs import ConfigError, check, integer, number, registered, scheduled
-from heron.networks import DenseHead, NetworkConfig, flat_observation, make_network
+from heron.networks import DenseHead, NetworkConfig, make_network
 from heron.networks.distributions import GREEDY_BELOW
 from heron.specs import EnvSpec
 from heron.types import StepType, TimeStep
@@ -210,14 +209,9 @@ def make_dqn(spec: EnvSpec, config: DQNConfig, devices=None) -> Agent:
     network = make_network(
         config.network,
         DenseHead((controls_count, n_actions), None),
-        math.prod(spec.observation_shape),
+        spec.observation_shape,
     )
     burn_in, n_step = config.burn_in, config.n_step
-
-    def q_of(params, state, observation, first):
-        """(state, Q [..., k, n]) at one step."""
-        observation = flat_observation(spec.observation_shape, observation)
-        return network.step(params, state, observation, first)
 
     def as_controls(action):
         """Actions [..., k] whatever the space (a Discrete action gains its control axis)."""
@@ -242,13 +236,13 @@ def make_dqn(spec: EnvSpec, config: DQNConfig, devices=None) -> Agent:
         return network.initial_state((batch_size,))
 
     def act(state: DQNState, timestep: TimeStep, carry, key):
-        new_carry, q = q_of(state.params, carry, timestep.observation, timestep.is_first())
+        new_carry, q = network.step(state.params, carry, timestep.observation, timestep.is_first())
         epsilon = hyper("epsilon", state.update_step, state.controls, state.env_steps)
         action = from_controls(epsilon_greedy(key, q, epsilon))
         return action, new_carry, learning.rollout_extras(config, carry)
 
     def policy(state: DQNState, timestep: TimeStep, carry, key, temperature):
-        new_carry, q = q_of(state.params, carry, timestep.observation, timestep.is_first())
+        new_carry, q = network.step(state.params, carry, timestep.observation, timestep.is_first())
         return from_controls(softmax_actions(key, q, temperature)), new_carry
 
     def observe_steps(state: DQNState, count: int) -> DQNState:
@@ -256,19 +250,13 @@ def make_dqn(spec: EnvSpec, config: DQNConfig, devices=None) -> Agent:
 
     def unroll(params, start, observation, first):
         """Q [T, M, k, n] over sequences [T, M] from ``start``."""
-        observation = flat_observation(spec.observation_shape, observation)
         return network.unroll(params, start, observation, first)[1]
 
     def online_q(params, batch, start):
         """Online Q [L - burn_in, M, k, n] after the burn-in (which takes no gradient)."""
         first = batch.step_type == StepType.FIRST
         if burn_in:
-            warm = network.unroll(
-                params,
-                start,
-                flat_observation(spec.observation_shape, batch.observation[:burn_in]),
-                first[:burn_in],
-            )[0]
+            warm = network.unroll(params, start, batch.observation[:burn_in], first[:burn_in])[0]
             start = jax.lax.stop_gradient(warm)
         return unroll(params, start, batch.observation[burn_in:], first[burn_in:])
 

@@ -40,7 +40,6 @@ from heron.networks import (
     NetworkConfig,
     PolicyHead,
     distributions,
-    flat_observation,
     make_network,
     stack,
     tokens,
@@ -202,17 +201,17 @@ def normalize(advantage, mask):
 def policy_value_network(spec: EnvSpec, config: PPOConfig):
     """Policy and value heads on two towers, or on one shared torso and core; outputs
     ``{"policy": head output, "value": [...]}`` either way."""
-    size = math.prod(spec.observation_shape)
+    shape = spec.observation_shape
     policy_head = PolicyHead(spec.action)
     value_head = DenseHead((), 1.0)
     if config.two_towers:
         return stack(
             {
-                "policy": make_network(config.network, policy_head, size),
-                "value": make_network(config.network, value_head, size),
+                "policy": make_network(config.network, policy_head, shape),
+                "value": make_network(config.network, value_head, shape),
             }
         )
-    return make_network(config.network, Heads({"policy": policy_head, "value": value_head}), size)
+    return make_network(config.network, Heads({"policy": policy_head, "value": value_head}), shape)
 
 
 def gae_batch(config: PPOConfig, update_step, experience: Experience, controls=None) -> PPOBatch:
@@ -278,13 +277,8 @@ def _log_prob(dist, action):
 def vector_model(spec: EnvSpec, config: PPOConfig) -> PolicyModel:
     network = policy_value_network(spec, config)
 
-    def flat(observation):
-        return flat_observation(spec.observation_shape, observation)
-
     def step(params, timestep: TimeStep, carry):
-        new_carry, out = network.step(
-            params, carry, flat(timestep.observation), timestep.is_first()
-        )
+        new_carry, out = network.step(params, carry, timestep.observation, timestep.is_first())
         return new_carry, out, distributions.make(spec.action, out["policy"])
 
     def act(params, timestep: TimeStep, carry, key):
@@ -302,7 +296,7 @@ def vector_model(spec: EnvSpec, config: PPOConfig) -> PolicyModel:
         return dist.sample(key, temperature), carry
 
     def outputs(params, observation, first, start):
-        return network.unroll(params, start, flat(observation), first)[1]
+        return network.unroll(params, start, observation, first)[1]
 
     return PolicyModel(
         network.init, lambda b: network.initial_state((b,)), act, policy, outputs, lambda e: e

@@ -175,8 +175,8 @@ def default_target_entropy(spec: EnvSpec) -> float:
 
 
 def networks(spec: EnvSpec, config: SACConfig) -> ActorCritic:
-    """The tanh-Gaussian policy and the twin critics on flat observations (beside actions
-    in [-1, 1] for the critics)."""
+    """The tanh-Gaussian policy and the twin critics on observations (beside actions in
+    [-1, 1] for the critics)."""
     return actor_critic.networks(spec, config.network, NUM_CRITICS)
 
 

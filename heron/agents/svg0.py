@@ -219,8 +219,8 @@ def behaviour_log_prob(experience: Experience):
 
 
 def networks(spec: EnvSpec, config: SVG0Config) -> ActorCritic:
-    """The tanh-Gaussian policy (and prior: another network of its shape) on flat
-    observations; the scalar critic on flat observations and actions in [-1, 1]."""
+    """The tanh-Gaussian policy (and prior: another network of its shape) on observations;
+    the scalar critic on observations and actions in [-1, 1]."""
     return actor_critic.networks(spec, config.network, None)
 
 
@@ -395,7 +395,7 @@ def make_svg0(spec: EnvSpec, config: SVG0Config, devices=None) -> Agent:
             state.policy_params, state.critic_params, timestep, carry, key, behaviour
         )
         if config.prior:
-            observation, first = nets.flat(timestep.observation), timestep.is_first()
+            observation, first = timestep.observation, timestep.is_first()
             new_carry["prior"] = nets.policy.step(
                 state.prior_params, carry["prior"], observation, first
             )[0]

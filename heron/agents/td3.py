@@ -185,7 +185,7 @@ def clipped_double_q_target(reward_t, discount_t, next_q):
 
 def networks(spec: EnvSpec, config: TD3Config) -> ActorCritic:
     """The deterministic policy (its head: pre-tanh actions [..., d]) and the twin critics
-    on flat observations (beside actions in [-1, 1] for the critics)."""
+    on observations as the torso reads them (beside actions in [-1, 1] for the critics)."""
     head = DenseHead((action_size(spec.action),), POLICY_HEAD_SCALE)
     return actor_critic.networks(spec, config.network, NUM_CRITICS, head)
 

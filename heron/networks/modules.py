@@ -1,8 +1,10 @@
-"""Flax modules: the torso (MLP), the recurrent core, and the heads networks end in.
+"""Flax modules: the torsos (MLP, convolutional), the recurrent core, and the heads networks
+end in.
 
-Torsos come in two styles: ``mlp`` (CleanRL's: Dense + activation per layer, orthogonal
+MLP torsos come in two styles: ``mlp`` (CleanRL's: Dense + activation per layer, orthogonal
 initialisers) and ``layer_norm_mlp`` (Acme's LayerNormMLP: Dense -> LayerNorm -> tanh, then
-Dense + activation, Flax's default initialisers).
+Dense + activation, Flax's default initialisers). ``conv`` reads images: conv layers, then
+the ``mlp`` torso on the flattened feature maps.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import numpy as np
 from heron.specs import ActionSpec
 
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "elu": nn.elu, "gelu": nn.gelu}
-TORSOS = ("mlp", "layer_norm_mlp")
+TORSOS = ("mlp", "layer_norm_mlp", "conv")
 CORES = ("none", "lstm", "gru")
 LOG_STD_RANGE = (-5.0, 2.0)  # state-dependent log-stds are clipped to it
 
@@ -50,6 +52,51 @@ class Torso(nn.Module):
             else:
                 x = act(nn.Dense(size)(x))
         return x
+
+
+class ConvTorso(nn.Module):
+    """Images [..., H, W, C] -> [..., hidden_sizes[-1]]: conv layers (VALID padding, as
+    MinAtar's DQN network; orthogonal(sqrt 2) kernels, as CleanRL's Atari network), each
+    followed by the activation, then the ``mlp`` torso on the flattened feature maps, with
+    ``extra`` features [..., E] (a critic's action) beside them where given."""
+
+    channels: Sequence[int]
+    kernel_sizes: Sequence[int]
+    strides: Sequence[int]
+    hidden_sizes: Sequence[int]
+    activation: str = "relu"
+
+    @nn.compact
+    def __call__(self, image, extra=None):
+        act = ACTIVATIONS[self.activation]
+        batch = image.shape[:-3]
+        x = image.reshape((-1, *image.shape[-3:]))  # [N, H, W, C]: one batch axis for nn.Conv
+        for features, kernel, stride in zip(
+            self.channels, self.kernel_sizes, self.strides, strict=True
+        ):
+            conv = nn.Conv(
+                features,
+                (kernel, kernel),
+                (stride, stride),
+                padding="VALID",
+                kernel_init=nn.initializers.orthogonal(np.sqrt(2)),
+            )
+            x = act(conv(x))
+        x = x.reshape(batch + (-1,))
+        if extra is not None:
+            x = jnp.concatenate([x, extra], axis=-1)
+        return Torso(self.hidden_sizes, self.activation, "mlp")(x)
+
+
+def conv_output_shape(
+    image_shape: tuple[int, int, int], channels, kernel_sizes, strides
+) -> tuple[int, int, int]:
+    """[H, W, C] after VALID conv layers: each side (size - kernel) // stride + 1."""
+    height, width, depth = image_shape
+    for features, kernel, stride in zip(channels, kernel_sizes, strides, strict=True):
+        height, width = ((side - kernel) // stride + 1 for side in (height, width))
+        depth = features
+    return height, width, depth
 
 
 def zero_core_state(core: str, batch_shape: tuple[int, ...], size: int):

@@ -1,12 +1,17 @@
 """One interface for feed-forward and recurrent networks (Acme's ``UnrollableNetwork``).
 
-    net = make_network(NetworkConfig(core="lstm"), head, input_size)
+    net = make_network(NetworkConfig(core="lstm"), head, observation_shape)
     params = net.init(key)
     state = net.initial_state((B,))                      # () for feed-forward networks
-    state, out = net.step(params, state, x, first)       # x [..., D], first [...]
-    state, outs, states = net.unroll(params, state, xs, firsts)   # xs [T, ..., D]
+    state, out = net.step(params, state, x, first)       # x [..., *observation_shape], first [...]
+    state, outs, states = net.unroll(params, state, xs, firsts)   # xs [T, ..., *observation_shape]
 
-A network is torso -> optional LSTM/GRU core -> head. The core's state resets to zeros
+A network is torso -> optional LSTM/GRU core -> head. It reads observations as the
+environment gives them ([..., *observation_shape], any dtype): the torso decides how (the
+MLP torsos flatten them, the conv torso keeps images [H, W, C]), so an agent hands its
+networks observations untouched. A network made with ``extra_size`` reads pairs
+``(observation, extra [..., extra_size])``: the extra features (a critic's encoded action)
+join the observation's where the torso flattens them. The core's state resets to zeros
 wherever ``first`` is true (an episode starts there), in ``step`` and ``unroll`` alike;
 ``unroll`` also returns the state *before* each step ([T, ...]), from which ``step`` can
 re-evaluate any step with other inputs (a critic at sampled actions). Feed-forward networks
@@ -18,6 +23,7 @@ steps N candidates at once.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
@@ -25,8 +31,17 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from heron.configs import choice, integer, registered, sizes
-from heron.networks.modules import ACTIVATIONS, CORES, TORSOS, Core, Torso, zero_core_state
+from heron.configs import ConfigError, choice, integer, registered, sizes
+from heron.networks.modules import (
+    ACTIVATIONS,
+    CORES,
+    TORSOS,
+    ConvTorso,
+    Core,
+    Torso,
+    conv_output_shape,
+    zero_core_state,
+)
 
 BODIES: dict[str, Callable] = {}  # a user's torsos by name: factory(NetworkConfig) -> module
 
@@ -34,9 +49,9 @@ BODIES: dict[str, Callable] = {}  # a user's torsos by name: factory(NetworkConf
 def register_body(name: str, factory: Callable) -> None:
     """Makes ``name`` a torso any agent can use (``network.torso``; Trax's
     policy_and_value_model): ``factory(config)`` returns a flax module [..., D] -> [..., F]
-    on the flattened inputs the agent gives it (reshape inside for images), followed by the
-    config's core and the agent's head. Register it again in every process that makes the
-    network (to resume or evaluate a run)."""
+    on the flattened float32 observations (a critic's encoded action beside them; reshape
+    inside for images), followed by the config's core and the agent's head. Register it
+    again in every process that makes the network (to resume or evaluate a run)."""
     if name in TORSOS:
         raise ValueError(f"{name!r} is a built-in torso; choose another name")
     BODIES[name] = factory
@@ -55,8 +70,15 @@ class NetworkConfig:
     activation: Literal["tanh", "relu", "elu", "gelu"] = choice("tanh", tuple(ACTIVATIONS))
     """Hidden activation (tanh, relu, elu, gelu)."""
     torso: str = registered("mlp", torso_names)
-    """mlp: Dense + activation (orthogonal init); layer_norm_mlp: Acme's LayerNormMLP; or the
-    name of a body registered with heron.networks.register_body."""
+    """mlp: Dense + activation (orthogonal init); layer_norm_mlp: Acme's LayerNormMLP; conv:
+    conv layers on image observations [H, W, C], then the mlp on their flattened outputs;
+    or the name of a body registered with heron.networks.register_body."""
+    conv_channels: tuple[int, ...] = sizes((16,))
+    """Output channels of each conv layer (torso conv)."""
+    conv_kernel_sizes: tuple[int, ...] = sizes((3,))
+    """Square kernel side of each conv layer (torso conv)."""
+    conv_strides: tuple[int, ...] = sizes((1,))
+    """Stride of each conv layer (torso conv)."""
     core: Literal["none", "lstm", "gru"] = choice("none", CORES)
     """Recurrent core after the torso (none, lstm, gru); its state resets where episodes
     start."""
@@ -68,17 +90,67 @@ class NetworkConfig:
         return self.core != "none"
 
 
+def image_shape(config: NetworkConfig, observation_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The [H, W, C] images the conv torso reads from observations of ``observation_shape``:
+    [H, W, C] as they are, [history, H, W, C] (``len_history_for_policy`` > 1) with the
+    history stacked into channels [H, W, history * C]. Raises ConfigError for other shapes
+    and for conv layers that leave no feature map. A 2-D observation stacked with history
+    ([history, H, W]) cannot be told from an image: give such images a channel axis."""
+    if len(observation_shape) not in (3, 4):
+        raise ConfigError(
+            f"network.torso conv reads images [H, W, C] (or [history, H, W, C] with "
+            f"len_history_for_policy > 1); these observations have shape "
+            f"{tuple(observation_shape)}: use network.torso mlp"
+        )
+    layers = (config.conv_channels, config.conv_kernel_sizes, config.conv_strides)
+    if len({len(sizes) for sizes in layers}) != 1:
+        raise ConfigError(
+            f"network.conv_channels {config.conv_channels}, network.conv_kernel_sizes "
+            f"{config.conv_kernel_sizes} and network.conv_strides {config.conv_strides} must "
+            "have one entry per conv layer (the same length)"
+        )
+    *history, height, width, depth = observation_shape
+    image = (height, width, math.prod(history) * depth)
+    out = conv_output_shape(image, *layers)
+    if min(out) < 1:
+        raise ConfigError(
+            f"network.conv_kernel_sizes {config.conv_kernel_sizes} with network.conv_strides "
+            f"{config.conv_strides} leave no feature map of images {image}: use smaller "
+            "kernels or strides, or fewer layers"
+        )
+    return image
+
+
+def as_image(observation_shape: tuple[int, ...], observation):
+    """Observations [..., *observation_shape] -> float32 images [..., H, W, C], a history axis
+    [..., history, H, W, C] stacked into channels [..., H, W, history * C]."""
+    if len(observation_shape) == 4:
+        observation = jnp.moveaxis(observation, -4, -2)  # [..., H, W, history, C]
+        observation = observation.reshape(observation.shape[:-2] + (-1,))
+    return observation.astype(jnp.float32)
+
+
 class _Module(nn.Module):
     config: NetworkConfig
     head: nn.Module
+    observation_shape: tuple[int, ...]
 
     @nn.compact
     def __call__(self, state, x, first):
         config = self.config
-        if config.torso in BODIES:
-            x = BODIES[config.torso](config)(x)
+        observation, extra = x if isinstance(x, tuple) else (x, None)
+        if config.torso == "conv":
+            image = as_image(self.observation_shape, observation)
+            layers = (config.conv_channels, config.conv_kernel_sizes, config.conv_strides)
+            x = ConvTorso(*layers, config.hidden_sizes, config.activation)(image, extra)
         else:
-            x = Torso(config.hidden_sizes, config.activation, config.torso)(x)
+            x = flat_observation(self.observation_shape, observation)
+            if extra is not None:
+                x = jnp.concatenate([x, extra], axis=-1)
+            if config.torso in BODIES:
+                x = BODIES[config.torso](config)(x)
+            else:
+                x = Torso(config.hidden_sizes, config.activation, config.torso)(x)
         if config.recurrent:
             state, x = Core(config.core, config.core_size)(state, x, first)
         return state, self.head(x)
@@ -86,9 +158,9 @@ class _Module(nn.Module):
 
 class Network(NamedTuple):
     """init(key) -> params; initial_state(batch_shape) -> state;
-    step(params, state, x [..., D], first [...]) -> (state, out);
-    unroll(params, state, xs [T, ..., D], firsts [T, ...]) -> (state, outs [T, ...],
-    states before each step [T, ...])."""
+    step(params, state, x [..., *obs], first [...]) -> (state, out);
+    unroll(params, state, xs [T, ..., *obs], firsts [T, ...]) -> (state, outs [T, ...],
+    states before each step [T, ...]). With extra inputs, x is (observation, extra)."""
 
     init: Callable
     initial_state: Callable
@@ -97,16 +169,31 @@ class Network(NamedTuple):
     recurrent: bool
 
 
-def make_network(config: NetworkConfig, head: nn.Module, input_size: int) -> Network:
-    """A network on inputs [..., input_size] ending in ``head``."""
-    module = _Module(config, head)
+def make_network(
+    config: NetworkConfig,
+    head: nn.Module,
+    observation_shape: int | tuple[int, ...],
+    extra_size: int = 0,
+) -> Network:
+    """A network on observations [..., *observation_shape] (an int: flat vectors of that
+    size), with ``extra_size`` extra features beside them when above 0 (inputs
+    ``(observation, extra)``), ending in ``head``. Raises ConfigError where the torso
+    cannot read such observations (see ``image_shape``)."""
+    if isinstance(observation_shape, int):
+        observation_shape = (observation_shape,)
+    observation_shape = tuple(observation_shape)
+    if config.torso == "conv":
+        image_shape(config, observation_shape)
+    module = _Module(config, head, observation_shape)
 
     def initial_state(batch_shape) -> Any:
         batch_shape = (batch_shape,) if isinstance(batch_shape, int) else tuple(batch_shape)
         return zero_core_state(config.core, batch_shape, config.core_size)
 
     def init(key):
-        x = jnp.zeros((1, input_size), jnp.float32)
+        x = jnp.zeros((1, *observation_shape), jnp.float32)
+        if extra_size:
+            x = (x, jnp.zeros((1, extra_size), jnp.float32))
         return module.init(key, initial_state((1,)), x, jnp.ones((1,), bool))
 
     def step(params, state, x, first):
