@@ -8,7 +8,19 @@ import math
 import jax
 import jax.numpy as jnp
 
+from heron.configs import ConfigError
 from heron.specs import ActionSpec
+
+
+def require_box(spec: ActionSpec, agent: str, why: str) -> None:
+    """A ConfigError for an agent that needs continuous (Box) actions (``why``: what it
+    differentiates Q through) given discrete ones."""
+    if spec.is_discrete:
+        raise ConfigError(
+            f"{agent} needs continuous (Box) actions: it differentiates Q through {why}, and "
+            "this environment's actions are discrete (Discrete or MultiDiscrete); use ppo, "
+            "dqn or crr for discrete action spaces"
+        )
 
 
 def tile(count: int, tree):

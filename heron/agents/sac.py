@@ -40,12 +40,11 @@ import jax.numpy as jnp
 import optax
 
 from heron import parallel
-from heron.agents import actor_critic, learning
+from heron.agents import actions, actor_critic, learning
 from heron.agents.actions import action_size
 from heron.agents.actor_critic import ActorCritic, Sequences, sample_with_log_prob
 from heron.agents.base import (
     Agent,
-    ConfigError,
     ReplayConfig,
     check_config,
     check_recurrence,
@@ -246,12 +245,7 @@ def policy_loss(policy_params, networks: ActorCritic, state: SACState, inputs: S
 
 def make_sac(spec: EnvSpec, config: SACConfig, devices=None) -> Agent:
     """The SAC agent for ``spec`` (continuous actions)."""
-    if spec.action.is_discrete:
-        raise ConfigError(
-            "sac needs continuous (Box) actions: it differentiates Q through reparameterised "
-            "actions, and this environment's actions are discrete (Discrete or "
-            "MultiDiscrete); use ppo or crr for discrete action spaces"
-        )
+    actions.require_box(spec.action, "sac", "reparameterised actions")
     warn_zero_start(config, "sac")
     nets = networks(spec, config)
     hyper = learning.Hyperparameters(config, ("discount", "learning_rate"))

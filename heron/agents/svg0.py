@@ -47,11 +47,10 @@ import jax
 import jax.numpy as jnp
 
 from heron import ops, parallel
-from heron.agents import actor_critic, learning
+from heron.agents import actions, actor_critic, learning
 from heron.agents.actor_critic import ActorCritic, Sequences, sample_with_log_prob, tanh_gaussian
 from heron.agents.base import (
     Agent,
-    ConfigError,
     MissingExtrasError,
     ReplayConfig,
     check_config,
@@ -355,11 +354,7 @@ def policy_and_prior_loss(
 
 def make_svg0(spec: EnvSpec, config: SVG0Config, devices=None) -> Agent:
     """The SVG0 agent for ``spec`` (continuous actions)."""
-    if spec.action.is_discrete:
-        raise ConfigError(
-            "svg0 needs continuous (Box) actions: it differentiates Q through reparameterised "
-            "actions; use ppo or crr for discrete action spaces"
-        )
+    actions.require_box(spec.action, "svg0", "reparameterised actions")
     warn_zero_start(config, "svg0")
     nets = networks(spec, config)
     names = ("policy", "critic", "prior") if config.prior else ("policy", "critic")

@@ -48,12 +48,11 @@ import jax.numpy as jnp
 import optax
 
 from heron import parallel
-from heron.agents import actor_critic, learning
+from heron.agents import actions, actor_critic, learning
 from heron.agents.actions import action_size
 from heron.agents.actor_critic import ActorCritic, Sequences
 from heron.agents.base import (
     Agent,
-    ConfigError,
     ReplayConfig,
     check_config,
     check_recurrence,
@@ -233,12 +232,7 @@ def policy_loss(policy_params, networks: ActorCritic, state: TD3State, inputs: S
 
 def make_td3(spec: EnvSpec, config: TD3Config, devices=None) -> Agent:
     """The TD3 agent for ``spec`` (continuous actions)."""
-    if spec.action.is_discrete:
-        raise ConfigError(
-            "td3 needs continuous (Box) actions: it differentiates Q through the policy's "
-            "actions, and this environment's actions are discrete (Discrete or "
-            "MultiDiscrete); use ppo or crr for discrete action spaces"
-        )
+    actions.require_box(spec.action, "td3", "the policy's actions")
     warn_zero_start(config, "td3")
     nets = networks(spec, config)
     hyper = learning.Hyperparameters(config, ("discount", "learning_rate"))
