@@ -93,7 +93,7 @@ def test_fresh_iterated_and_restored_states_have_the_same_types(name):
     case = CASES[name]
     program = api.build(name, case.config, _run(case.jax_env)).program()
     fresh = jax.eval_shape(program.init, seed_keys([0]))
-    iterated = jax.eval_shape(program.iteration, fresh)[0]
+    iterated = jax.eval_shape(program.iteration, fresh, np.int32(1))[0]
     restored = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), fresh)
 
     def types(state):

@@ -1,6 +1,9 @@
 import json
 
+import chex
+import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 import small_ppo
 from small_ppo import PPO as SMALL_PPO
@@ -70,9 +73,12 @@ def test_run_directory_contents(small_ppo_run):
         }
         assert line["episodes"] == 2 and line["temperature"] == 0.0
     assert summary["final_eval_return"] == evals[-1]["return_mean"]
+    # One train line per call of the compiled program: 256 steps of 64-step iterations
+    # (driver.HOST_VISIT_STEPS), which also end at every evaluation and checkpoint.
     train_lines = [line for line in lines if line["kind"] == "train"]
-    assert len(train_lines) == 16
-    assert all(line["train/updates"] == 2 * (4 * 16 // 32) for line in train_lines)
+    assert [line["iteration"] for line in train_lines] == [4, 8, 12, 16]
+    assert [line["step"] for line in train_lines] == [256, 512, 768, 1024]
+    assert all(line["train/updates"] == 4 * 2 * (4 * 16 // 32) for line in train_lines)
     assert any(p.name.startswith("events") for p in (run_dir / "tb").iterdir())
     assert (run_dir / "checkpoints" / "16").is_dir()
 
@@ -87,7 +93,7 @@ def test_stop_at_return_ends_the_run_at_the_first_evaluation_that_reaches_it(tmp
     assert summary["stopped_at_return"] is True and summary["steps"] == 256
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines if line["kind"] == "eval"] == [256]
-    assert [line["iteration"] for line in lines if line["kind"] == "train"] == [1, 2, 3, 4]
+    assert [line["iteration"] for line in lines if line["kind"] == "train"] == [4]
     notes = [line for line in lines if line["kind"] == "note"]
     assert [note["topic"] for note in notes] == ["stop_at_return"]
     assert "reached stop_at_return=5 at step 256" in notes[0]["message"]
@@ -116,9 +122,26 @@ def test_a_gymnasium_iteration_compiles_once_into_one_program():
     program = setup.program()
     state = program.init(seed_keys([0]))
     for _ in range(3):
-        state, _ = program.iteration(state)
+        state, _ = program.iteration(state, np.int32(1))
     assert program.iteration._cache_size() == 1
     assert int(state.iteration[0]) == 3
+
+
+def test_one_call_of_three_iterations_is_three_calls_of_one():
+    """The same program runs any count: the states are bit-equal, the metrics combined
+    (what was learned averaged, updates summed)."""
+    program = build().program()
+    state, lines = program.init(seed_keys([0])), []
+    for _ in range(3):
+        state, metrics = program.iteration(state, np.int32(1))
+        lines.append(jax.device_get(metrics))
+    together, combined = program.iteration(program.init(seed_keys([0])), np.int32(3))
+    chex.assert_trees_all_equal(jax.device_get(state), jax.device_get(together))
+    assert int(together.iteration[0]) == 3
+    assert combined["train/updates"][0] == sum(line["train/updates"][0] for line in lines)
+    for name in ("loss/policy", "loss/value", "ppo/approx_kl"):
+        mean = np.mean([line[name][0] for line in lines])
+        np.testing.assert_allclose(combined[name][0], mean, rtol=1e-6)
 
 
 def test_non_finite_loss_stops_training_and_writes_no_checkpoint(tmp_path):
@@ -150,7 +173,7 @@ def test_ppo_target_kl_stops_the_epochs_early():
         )
         program = build("ppo", config, small_run()).program()
         state = program.init(seed_keys([0]))
-        _, metrics = program.iteration(state)
+        _, metrics = program.iteration(state, np.int32(1))
         updates[target_kl] = float(metrics["train/updates"][0])
     assert updates[float("inf")] == 8  # 4 epochs x 2 mini-batches
     assert 1 <= updates[1e-5] < 8

@@ -14,6 +14,7 @@ import pickle
 import shutil
 
 import jax
+import numpy as np
 import pytest
 
 from heron import cli
@@ -143,7 +144,7 @@ def test_fields_only_the_host_reads_share_the_programs(tmp_path):
         state = jax.eval_shape(setup.program().init, seeds)
         calls = [
             (setup.program().init, (seeds,)),
-            (setup.program().iteration, (state,)),
+            (setup.program().iteration, (state, np.int32(1))),
             (setup.program().evaluate, (state, seeds)),
         ]
         modules.append(
@@ -279,7 +280,7 @@ def test_donation_is_kept(exported, tmp_path):
         compiled = setup.program()
         state = compiled.init(seed_keys(setup.seeds))
         leaves = jax.tree.leaves(state)
-        compiled.iteration(state)
+        compiled.iteration(state, np.int32(1))
         deleted.append([leaf.is_deleted() for leaf in leaves])
     assert deleted[0] == deleted[1] and any(deleted[1])
 

@@ -4,6 +4,7 @@ import dataclasses
 import json
 import os
 
+import numpy as np
 import pytest
 import small_ppo
 from conftest import copy_run, train_until_checkpoint
@@ -126,7 +127,7 @@ def _train_params(seed, seeds, iterations=16):
     program = setup.program()
     state = program.init(seed_keys(setup.seeds))
     for _ in range(iterations):
-        state, metrics = program.iteration(state)
+        state, metrics = program.iteration(state, np.int32(1))
     return jax.device_get((state.agent_state.params, metrics))
 
 

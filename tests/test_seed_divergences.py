@@ -37,7 +37,7 @@ def test_replayed_observations_are_normalised_with_the_latest_statistics():
     program = setup.program()
     state = program.init(seed_keys([0]))
     for _ in range(20):
-        state, _ = program.iteration(state)
+        state, _ = program.iteration(state, np.int32(1))
     one = jax.tree.map(lambda x: x[0], state)
     stored = one.replay_state.data.observation[:, : int(one.replay_state.size)]
     assert float(jnp.max(jnp.abs(stored[..., :2]))) <= 1.0 + 1e-6  # cos, sin: raw, not scaled

@@ -40,6 +40,10 @@ class TrainingError(RuntimeError):
 # What ``--resume`` may change; any other difference from the config recorded with the
 # checkpoint is refused.
 RESUMABLE_CHANGES = ("run.steps", "heron_version")
+# Environment steps (of all seeds) the compiled program takes between two visits of the
+# host's loop, at most: its logging, checks and dispatch cost milliseconds, an iteration of
+# one env step and one update (SAC on a Gymnasium env) a few.
+HOST_VISIT_STEPS = 256
 
 
 @dataclasses.dataclass
@@ -165,7 +169,7 @@ def make_setup(
     keys = seed_keys(setup.seeds)
     if not program_cache.start_run(program, keys):
         state = jax.eval_shape(program.init, keys)
-        jax.eval_shape(program.iteration, state)
+        jax.eval_shape(program.iteration, state, np.int32(1))
     return setup
 
 
@@ -224,10 +228,13 @@ class _Loop:
         self.best = max((float(np.mean(g)) for g in self.greedy_history), default=-math.inf)
         try:
             with self.stops:
-                for i in range(first, self.setup.iterations):
-                    state = self._iteration(state, i, first)
+                done = first
+                while done < self.setup.iterations:
+                    count = self._count(done)
+                    state = self._iterations(state, done, count, first)
+                    done += count
                     if self.stops.signal_number is not None:
-                        self._stop(i + 1, state)
+                        self._stop(done, state)
                     if self.reached_at is not None:
                         break
         finally:
@@ -237,16 +244,31 @@ class _Loop:
                     checkpointer.close()
         return state
 
-    def _iteration(self, state: TrainState, i: int, first: int) -> TrainState:
+    def _count(self, done: int) -> int:
+        """How many iterations the next call runs, after ``done``: enough for about
+        ``HOST_VISIT_STEPS`` steps, and never past the next evaluation, checkpoint or the
+        end (observers see every iteration's steps: one)."""
+        setup, run = self.setup, self.setup.run
+        if setup.observers:
+            return 1
+        count = max(1, HOST_VISIT_STEPS // (setup.steps_per_iteration * run.seeds))
+        periods = [run.eval_every_n] + ([run.save_every_n] if self.checkpointer else [])
+        ends = [setup.iterations] + [(done // n + 1) * n for n in periods]
+        return min(count, *(end - done for end in ends))
+
+    def _iterations(self, state: TrainState, done: int, count: int, first: int) -> TrainState:
+        """``count`` iterations after ``done`` in one call, then the host's work: one train
+        line, and the evaluation, controller and checkpoint when they are due."""
         setup, run = self.setup, self.setup.run
         tick = time.monotonic()
-        state, metrics = self.program.iteration(state)
+        state, metrics = self.program.iteration(state, np.int32(count))
         metrics = jax.device_get(metrics)
         experience = metrics.pop(EXPERIENCE, None)
         stats = self.episodes(state)
-        if i > first:  # the first iteration of a process includes compilation
+        if done > first:  # the first call of a process includes compilation
             self.train_time += time.monotonic() - tick
-            self.timed_steps += setup.steps_per_iteration * run.seeds
+            self.timed_steps += count * setup.steps_per_iteration * run.seeds
+        i = done + count - 1  # the index of the last iteration run
         steps = (i + 1) * setup.steps_per_iteration
         inputs = {k: v for k, v in metrics.items() if k.startswith(NON_FINITE)}
         metrics = {k: v for k, v in metrics.items() if not k.startswith(NON_FINITE)}

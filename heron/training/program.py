@@ -3,7 +3,9 @@ evaluation, for any agent, replayer and source.
 
 One iteration: the source collects (or not) -> the steps enter the replay (and the agent
 is told how many, when it asks) -> the agent learns while the replay can sample (at most
-the source's ``learn_limit`` times).
+the source's ``learn_limit`` times). One call of the compiled ``iteration`` runs ``count``
+of them: a run whose iterations are small (one env step and one update: SAC on a
+Gymnasium env) would otherwise spend more time in the host's loop than in them.
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ class TrainState(NamedTuple):
 class Program(NamedTuple):
     """The compiled pieces of a run. States and keys carry a leading seed axis [K].
 
-    init(keys [K]) -> state; iteration(state) -> (state, metrics [K]);
+    init(keys [K]) -> state; iteration(state, count) -> (state, metrics [K]) after ``count``
+    iterations (an int32 scalar >= 1: any count runs the same program; the metrics are
+    ``combined``);
     evaluate(state, keys [K]) -> results [K, ...] (returns [K, n_temperatures, n_episodes]
     of an evaluation in the environment);
     restart(state, keys [K]) -> state (a resumed run's environments, where they restart).
@@ -109,6 +113,41 @@ def non_finite_inputs(steps) -> dict:
     }
 
 
+class MetricTotals(NamedTuple):
+    """The metrics of iterations run in one call, as they accumulate (``combined`` makes
+    them one line: what the agent learned averaged over the iterations that learned, zero
+    where none did; ``train/updates`` and the non-finite counts summed; the source's
+    metrics and observed steps of the last iteration. One iteration's are its own.)"""
+
+    learned: dict  # sums over the iterations that learned
+    learned_in: jax.Array  # how many did
+    updates: jax.Array  # train/updates, summed
+    others: dict
+
+
+def metric_totals(learned: dict, others: dict) -> MetricTotals:
+    """One iteration's metrics as totals."""
+    updates = learned["train/updates"]
+    values = {k: v for k, v in learned.items() if k != "train/updates"}
+    return MetricTotals(values, (updates > 0).astype(jnp.float32), updates, others)
+
+
+def add_metrics(totals: MetricTotals, learned: dict, others: dict) -> MetricTotals:
+    new = metric_totals(learned, others)
+    return MetricTotals(
+        jax.tree.map(jnp.add, totals.learned, new.learned),
+        totals.learned_in + new.learned_in,
+        totals.updates + new.updates,
+        {k: totals.others[k] + v if k.startswith(NON_FINITE) else v for k, v in others.items()},
+    )
+
+
+def combined(totals: MetricTotals) -> dict:
+    count = jnp.maximum(totals.learned_in, 1.0)
+    learned = {k: v / count for k, v in totals.learned.items()}
+    return {**learned, "train/updates": totals.updates, **totals.others}
+
+
 def strongly_typed(tree):
     """``tree`` with no weakly typed leaf (same dtypes and values). Environments keep Python
     numbers in their states (gymnax's ``time = 0``, Pendulum's ``last_u = 0.0``), which JAX
@@ -146,6 +185,7 @@ def make_program(
         return strongly_typed(sources_init(keys, agent_init(keys[:, 0])))
 
     def iteration_one(state: TrainState):
+        """(state, what it learned, its other metrics)."""
         key, collect_key, learn_key = jax.random.split(state.key, 3)
         source_state, steps = source.collect(
             agent, state.agent_state, state.source_state, collect_key
@@ -163,9 +203,22 @@ def make_program(
         agent_state, replay_state, learned = learn_phase(
             agent, seen, agent_state, replay_state, learn_key, source.learn_limit
         )
-        metrics = {**learned, **metrics, **source.metrics(source_state)}
+        metrics.update(source.metrics(source_state))
         new_state = TrainState(agent_state, replay_state, source_state, key, state.iteration + 1)
-        return strongly_typed(new_state), metrics
+        return strongly_typed(new_state), learned, metrics
+
+    def iterations_one(state: TrainState, count):
+        """``count`` iterations; the first outside the loop gives the metrics' shapes."""
+        state, learned, others = iteration_one(state)
+        totals = metric_totals(learned, others)
+
+        def body(_, carry):
+            state, totals = carry
+            state, learned, others = iteration_one(state)
+            return state, add_metrics(totals, learned, others)
+
+        state, totals = jax.lax.fori_loop(1, count, body, (state, totals))
+        return state, combined(totals)
 
     def evaluate_one(state: TrainState, key):
         return evaluate(state.agent_state, source.observations(state.source_state), key)
@@ -176,7 +229,9 @@ def make_program(
 
     return Program(
         init=init,  # two programs (above); exported as one by the program cache
-        iteration=jax.jit(jax.vmap(iteration_one, axis_name=SEED_AXIS), donate_argnums=0),
+        iteration=jax.jit(
+            jax.vmap(iterations_one, in_axes=(0, None), axis_name=SEED_AXIS), donate_argnums=0
+        ),
         evaluate=jax.jit(jax.vmap(evaluate_one, axis_name=SEED_AXIS)),
         restart=jax.jit(jax.vmap(restart_one)),
     )

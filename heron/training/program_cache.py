@@ -37,6 +37,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 import jax
+import numpy as np
 
 from heron.training.program import Program
 
@@ -78,7 +79,7 @@ BASE_LIBRARIES = (
     "flatbuffers",
 )
 
-DONATED = ("iteration",)  # functions whose state argument is donated, as in make_program
+DONATED = ("iteration",)  # functions whose state (first argument) is donated, as in make_program
 
 
 @functools.cache
@@ -404,7 +405,8 @@ def _export(traced, tree, avals: tuple[Aval, ...]):
 
 
 def _jitted(entry: Entry, donate: bool):
-    donated = tuple(range(len(entry.exported.in_avals))) if donate else ()
+    """The entry jitted; with ``donate``, its first argument's leaves donated."""
+    donated = tuple(range(entry.in_tree.children()[0].num_leaves)) if donate else ()
     return jax.jit(entry.exported.call, donate_argnums=donated)
 
 
@@ -443,12 +445,15 @@ def start_run(program: Program, keys) -> bool:
     if init is None:
         return False
     state_avals = tuple(map(aval_of, init.exported.out_avals))
-    iteration_tree = jax.tree_util.treedef_tuple([init.out_tree])  # iteration(state)
-    iteration = program.iteration.entry(iteration_tree, state_avals)
+    count_tree, count_avals = _arguments(np.int32(1))
+    # iteration(state, count)
+    iteration_tree = jax.tree_util.treedef_tuple([init.out_tree, count_tree.children()[0]])
+    iteration_avals = state_avals + count_avals
+    iteration = program.iteration.entry(iteration_tree, iteration_avals)
     if iteration is None:
         return False
     program.init.start_compiling(keys_tree, keys_avals)
-    program.iteration.start_compiling(iteration_tree, state_avals)
+    program.iteration.start_compiling(iteration_tree, iteration_avals)
     # evaluate(state, keys [K, 2]): the state as iteration returns it, first of its results.
     state_tree = iteration.out_tree.children()[0]
     iterated = tuple(map(aval_of, iteration.exported.out_avals))[: state_tree.num_leaves]
