@@ -1,6 +1,7 @@
-"""rejax PPO on gymnax CartPole-v1, one measurement per process.
+"""rejax PPO on gymnax CartPole-v1 or Breakout-MinAtar, one measurement per process.
 
-Runs inside ``benchmarks/.venvs/rejax`` (rejax 0.1.3, gymnax 0.0.9). Modes:
+Runs inside ``benchmarks/.venvs/rejax`` (rejax 0.1.3, gymnax 0.0.9). ``--env`` picks the
+environment and with it rejax's own PPO config for it (default CartPole-v1). Modes:
 
 * ``whole``: build the agent, compile and run ``train`` once for ``--steps``
   env steps with evaluation switched off, then exit. The orchestrator times
@@ -10,7 +11,7 @@ Runs inside ``benchmarks/.venvs/rejax`` (rejax 0.1.3, gymnax 0.0.9). Modes:
 * ``eval``: train with a greedy (argmax) evaluation every ``--eval-every``
   env steps over ``--eval-episodes`` episodes, using rejax's own
   ``evaluate`` rollout; reports the first step whose mean return reaches
-  ``--solved-return``.
+  ``--solved-return``, the last evaluation's and the best evaluation's return.
 
 Prints one JSON object as the last stdout line.
 """
@@ -50,10 +51,34 @@ REJAX_CARTPOLE_PPO = {
     "vf_coef": 0.5,
 }
 
+# rejax's PPO hyperparameters for Breakout-MinAtar. rejax has no MinAtar entry under
+# ``configs/``; these are the ``ppo`` values of ``benchmark/breakout_1m.yaml`` in the rejax
+# GitHub repository (keraJLi/rejax, unchanged at tag v0.1.3: the config of its MinAtar
+# speed comparison with cleanRL). Its ``normalize_observations: true`` line is commented
+# out there, so rejax's default (off) applies; no ``hidden_layer_sizes``, so rejax's
+# default actor and critic apply (two separate 64-64 MLPs on the flattened 10x10x4 grid).
+# ``total_timesteps`` (1_000_000 there) and ``eval_freq`` (50_000 there) are set per run.
+REJAX_BREAKOUT_PPO = {
+    "env": "Breakout-MinAtar",
+    "agent_kwargs": {"activation": "tanh"},
+    "num_envs": 32,
+    "num_steps": 32,
+    "num_epochs": 4,
+    "num_minibatches": 4,
+    "learning_rate": 0.00025674088686342003,
+    "max_grad_norm": 1,
+    "gamma": 0.995,
+    "gae_lambda": 0.95,
+    "clip_eps": 0.2,
+    "ent_coef": 0.01,
+    "vf_coef": 0.5,
+}
 
-def update_work() -> dict:
+CONFIGS = {"CartPole-v1": REJAX_CARTPOLE_PPO, "Breakout-MinAtar": REJAX_BREAKOUT_PPO}
+
+
+def update_work(cfg: dict) -> dict:
     """Gradient work per collected env step, for comparing throughputs fairly."""
-    cfg = REJAX_CARTPOLE_PPO
     batch = cfg["num_envs"] * cfg["num_steps"]
     updates = cfg["num_epochs"] * cfg["num_minibatches"]
     return {"updates_per_1k_steps": 1000 * updates / batch, "epochs": cfg["num_epochs"]}
@@ -81,9 +106,9 @@ def greedy_eval(episodes: int):
     return callback
 
 
-def make_algo(steps: int, eval_every: int, callback):
-    """Create rejax PPO with the CartPole config and the given eval setup."""
-    config = dict(REJAX_CARTPOLE_PPO, total_timesteps=steps, eval_freq=eval_every)
+def make_algo(args, eval_every: int, callback):
+    """Create rejax PPO with ``args.env``'s config, ``args.steps`` and the given eval setup."""
+    config = dict(CONFIGS[args.env], total_timesteps=args.steps, eval_freq=eval_every)
     algo = rejax.PPO.create(skip_initial_evaluation=True, **config)
     return algo.replace(eval_callback=callback)
 
@@ -105,7 +130,7 @@ def timed_call(fn, key):
 def run_whole(args) -> dict:
     """One training run without evaluation, with an in-process time breakdown."""
     start = time.perf_counter()
-    algo = make_algo(args.steps, args.steps, no_eval)
+    algo = make_algo(args, args.steps, no_eval)
     key = jax.random.PRNGKey(args.seed)
     create_s = time.perf_counter() - start
     compiled, compile_s = compile_train(algo, key)
@@ -122,7 +147,7 @@ def run_whole(args) -> dict:
 
 def run_throughput(args) -> dict:
     """Time a second call of the compiled train function (no evaluation)."""
-    algo = make_algo(args.steps, args.steps, no_eval)
+    algo = make_algo(args, args.steps, no_eval)
     key = jax.random.PRNGKey(args.seed)
     train = jax.jit(algo.train)
     _, first_s = timed_call(train, key)
@@ -138,7 +163,7 @@ def run_throughput(args) -> dict:
 
 def run_eval(args) -> dict:
     """Train with periodic greedy evaluation; find the first solved step."""
-    algo = make_algo(args.steps, args.eval_every, greedy_eval(args.eval_episodes))
+    algo = make_algo(args, args.eval_every, greedy_eval(args.eval_episodes))
     key = jax.random.PRNGKey(args.seed)
     (ts, (steps, means, stds)), seconds = timed_call(jax.jit(algo.train), key)
     evals = [
@@ -152,6 +177,7 @@ def run_eval(args) -> dict:
         "evals": evals,
         "steps_to_solved": first_step_reaching(evals, args.solved_return),
         "final_eval_return": evals[-1]["return_mean"] if evals else None,
+        "best_eval_return": max(e["return_mean"] for e in evals) if evals else None,
     }
 
 
@@ -159,21 +185,26 @@ MODES = {"whole": run_whole, "throughput": run_throughput, "eval": run_eval}
 
 
 def main() -> None:
-    args = base_parser(__doc__.splitlines()[0], MODES).parse_args()
+    parser = base_parser(__doc__.splitlines()[0], MODES)
+    parser.add_argument(
+        "--env", choices=list(CONFIGS), default="CartPole-v1", help="gymnax env and its config"
+    )
+    args = parser.parse_args()
     result = MODES[args.mode](args)
     emit(
         {
             "system": "rejax",
             "mode": args.mode,
+            "env": args.env,
             "seed": args.seed,
             "import_s": _IMPORT_S,
             "process_s": time.perf_counter() - _T0,
-            "config": REJAX_CARTPOLE_PPO,
+            "config": CONFIGS[args.env],
             "versions": package_versions(
                 "rejax", "gymnax", "jax", "jaxlib", "flax", "optax", "distrax"
             ),
             "jax_devices": [str(d) for d in jax.devices()],
-            **update_work(),
+            **update_work(CONFIGS[args.env]),
             **result,
         }
     )
