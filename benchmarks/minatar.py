@@ -40,6 +40,7 @@ from _harness import ChildResult, SetupError, run_timed, wait_for_idle
 from ppo_cartpole import (
     BUSY_WARNING,
     greedy_evals,
+    heron_work,
     log,
     machine_info,
     other_load,
@@ -132,18 +133,6 @@ def fill_returns(row: Row) -> None:
         row.final_return = row.evals[-1]["return_mean"]
         row.final_return_step = row.evals[-1]["step"]
         row.best_return = max(e["return_mean"] for e in row.evals)
-
-
-def heron_work(config: dict[str, Any]) -> dict[str, float]:
-    """Gradient updates per 1,000 env steps and epochs, from a run's config.json (best effort)."""
-    try:
-        run, ppo = config["run"], config["ppo"]
-        batch = run["num_envs"] * ppo["unroll_length"]  # env steps per iteration (one seed)
-        minibatches = batch / ppo["sequence_length"] / ppo["batch_size"]
-        updates = ppo["num_epochs"] * minibatches
-        return {"updates_per_1k_steps": 1000 * updates / batch, "epochs": ppo["num_epochs"]}
-    except (KeyError, TypeError, ZeroDivisionError):
-        return {}
 
 
 def heron_eval_every(config: dict[str, Any]) -> int | None:

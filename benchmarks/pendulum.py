@@ -273,12 +273,14 @@ def heron_curve(entries: list[dict[str, Any]], startup_s: float) -> list[dict[st
 
 
 def heron_updates(entries: list[dict[str, Any]]) -> int | None:
-    """Gradient updates of the run: ``train/updates`` summed over its train lines.
+    """Gradient updates of the run: ``train/updates`` summed over its train lines (each
+    line sums those of the iterations since the one before).
 
-    None unless there is one train line per iteration (so nothing is missed).
+    None unless the lines' iterations increase (a resumed run's may repeat some).
     """
     train = [e for e in entries if e.get("kind") == "train"]
-    if not train or len(train) != train[-1].get("iteration"):
+    iterations = [e.get("iteration") for e in train]
+    if not train or any(i is None for i in iterations) or iterations != sorted(set(iterations)):
         return None
     return int(sum(e.get("train/updates", 0.0) for e in train))
 
@@ -286,9 +288,9 @@ def heron_updates(entries: list[dict[str, Any]]) -> int | None:
 def heron_iteration_s(entries: list[dict[str, Any]]) -> dict[str, float | None]:
     """Median seconds per iteration before the first update (replay filling) and after.
 
-    From consecutive train lines, leaving out the first iteration (compilation) and
-    those following an evaluation. Equal figures mean the warm-up iterations cost
-    as much as learning ones.
+    From consecutive train lines (each after one call of several iterations), leaving out
+    the first call (compilation) and those following an evaluation. Equal figures mean the
+    warm-up iterations cost as much as learning ones.
     """
     train = [e for e in entries if e.get("kind") == "train"]
     eval_steps = {e["step"] for e in entries if e.get("kind") == "eval"}
@@ -296,7 +298,7 @@ def heron_iteration_s(entries: list[dict[str, Any]]) -> dict[str, float | None]:
     for before, after in itertools.pairwise(train):
         if before["step"] in eval_steps:
             continue
-        seconds = after["wall_s"] - before["wall_s"]
+        seconds = (after["wall_s"] - before["wall_s"]) / (after["iteration"] - before["iteration"])
         (learning if after.get("train/updates", 0.0) > 0 else filling).append(seconds)
     return {
         "filling": statistics.median(filling) if filling else None,

@@ -243,19 +243,25 @@ def reset_dir(path: Path) -> Path:
     return path
 
 
-def heron_update_work(run_dir: Path) -> dict[str, float]:
-    """Gradient work per env step from a heron run's config.json (best effort).
-
-    Not part of the CLI contract: returns {} when the fields are not there.
-    """
+def heron_work(config: dict[str, Any]) -> dict[str, float]:
+    """Gradient updates per 1,000 env steps and epochs, from a run's config.json (best effort:
+    {} when the fields are not there; not part of the CLI contract)."""
     try:
-        config = json.loads((run_dir / "config.json").read_text())
-        batch = config["run"]["num_envs"] * config["ppo"]["unroll_length"]
-        updates = config["ppo"]["n_optimizer_steps"]
-        samples = updates * config["ppo"]["optimizer_batch_size"]
-    except (OSError, ValueError, KeyError, TypeError):
+        run, ppo = config["run"], config["ppo"]
+        batch = run["num_envs"] * ppo["unroll_length"]  # env steps per iteration (one seed)
+        minibatches = batch / ppo["sequence_length"] / ppo["batch_size"]
+        updates = ppo["num_epochs"] * minibatches
+        return {"updates_per_1k_steps": 1000 * updates / batch, "epochs": ppo["num_epochs"]}
+    except (KeyError, TypeError, ZeroDivisionError):
         return {}
-    return {"updates_per_1k_steps": 1000 * updates / batch, "epochs": samples / batch}
+
+
+def heron_update_work(run_dir: Path) -> dict[str, float]:
+    """``heron_work`` of the run in ``run_dir``."""
+    try:
+        return heron_work(json.loads((run_dir / "config.json").read_text()))
+    except (OSError, ValueError):
+        return {}
 
 
 def heron_run(args, env: str, steps: int, run_dir: Path, cache_dir: Path | None):

@@ -68,6 +68,7 @@ class Peer:
 
 ZOO = "rl-baselines3-zoo benchmark.md"
 ZOO_PPO_PENDULUM = "rl-zoo PPO (gSDE) Pendulum-v1, as quoted in heron/presets/ppo.toml"
+GYMNAX_BLINES = "gymnax-blines' PPO checkpoints (2x256 MLP, 64 envs), as issue 22 quotes them"
 ZOO_LSTM = "rl-zoo (sb3-contrib) RecurrentPPO CartPoleNoVel-v1, as quoted in heron/presets/ppo.toml"
 # (algo, environment name without its source) -> the peer's figure. CRR and SVG0 have no
 # rl-zoo entry and their papers report no Pendulum figure: they are held to rl-zoo's SAC (the
@@ -85,6 +86,24 @@ PEERS: dict[tuple[str, str], Peer] = {
     ("dqn", "CartPole-v1"): Peer("rl-zoo DQN", 500.0, 50_000, ZOO),
     ("dqn", "Acrobot-v1"): Peer("rl-zoo DQN", -76.6, 100_000, ZOO),
     ("dqn", "LunarLander-v2"): Peer("rl-zoo DQN", 154.4, 100_000, ZOO),
+    **{
+        (algo, f"{env}-v5"): Peer(f"rl-zoo {algo.upper()} ({env}-v3)", value, 1_000_000, ZOO)
+        for algo, figures in {
+            "sac": {"HalfCheetah": 9535, "Hopper": 2326, "Walker2d": 3863, "Ant": 4616},
+            "td3": {"HalfCheetah": 9656, "Hopper": 3606, "Walker2d": 4718, "Ant": 5813},
+            "ppo": {"HalfCheetah": 5819, "Hopper": 2410, "Walker2d": 3479, "Ant": 1327},
+        }.items()
+        for env, value in figures.items()
+    },
+    **{
+        ("ppo", f"{game}-MinAtar"): Peer("gymnax-blines PPO", value, 10_000_000, GYMNAX_BLINES)
+        for game, value in {
+            "Breakout": 28,
+            "SpaceInvaders": 131,
+            "Asterix": 15,
+            "Freeway": 58,
+        }.items()
+    },
 }
 
 

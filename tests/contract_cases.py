@@ -77,7 +77,7 @@ CASES = {
             replay=ReplayConfig(min_size=32, ratio=0.5),
         ),
         "gymnax:Pendulum-v1",
-        "gym:Pendulum-v1",
+        "gym:Hopper-v5",  # MuJoCo through Gymnasium (heron[mujoco]), with terminations
         offline=True,
         serves=("continuous",),
     ),
@@ -91,7 +91,7 @@ CASES = {
             replay=ReplayConfig(min_size=32, ratio=0.5),
         ),
         "gymnax:Pendulum-v1",
-        "gym:Pendulum-v1",
+        "gym:Hopper-v5",  # MuJoCo through Gymnasium (heron[mujoco]), with terminations
         offline=True,
         serves=("continuous",),
     ),

@@ -102,7 +102,9 @@ def test_fresh_iterated_and_restored_states_have_the_same_types(name):
     assert types(fresh) == types(iterated) == types(restored)
 
 
-KILL_AT = 10  # the iteration after which the second process is SIGKILLed (checkpoint 8 saved)
+# The iteration whose checkpoint the second process is SIGKILLed before writing, its lines
+# written (checkpoint 8 saved).
+KILL_AT = 16
 
 _KILLED_SCRIPT = """
 import os, signal, sys
@@ -112,17 +114,16 @@ from heron import api
 from heron.cli import configure_compile_cache, program_cache_dir
 from heron.training import RunConfig, driver
 
-iteration = driver._Loop._iteration
+maybe_save = driver._Loop._maybe_save
 
 
-def killed_after(loop, state, i, first):
-    state = iteration(loop, state, i, first)
-    if i + 1 == {kill_at}:  # SIGKILL: no handler, no cleanup, the lock left behind
+def killed_before_saving(loop, iteration, state, stats, last):
+    if iteration == {kill_at}:  # SIGKILL: no handler, no cleanup, the lock left behind
         os.kill(os.getpid(), signal.SIGKILL)
-    return state
+    return maybe_save(loop, iteration, state, stats, last)
 
 
-driver._Loop._iteration = killed_after
+driver._Loop._maybe_save = killed_before_saving
 programs = program_cache_dir(configure_compile_cache())
 run = RunConfig(**{run!r})
 api.train(api.build({name!r}, CASES[{name!r}].config, run, program_cache=programs), {run_dir!r})
@@ -133,8 +134,9 @@ api.train(api.build({name!r}, CASES[{name!r}].config, run, program_cache=program
 @pytest.mark.parametrize("name", NAMES)
 def test_a_run_resumed_after_sigkill_equals_the_uninterrupted_run(name, tmp_path):
     """On a JAX environment: the uninterrupted run (in this process) fulfils the contract; a
-    second process running the same configuration is SIGKILLed after iteration KILL_AT and
-    resumed from its last checkpoint (8) here: same parameters, same metrics lines. The
+    second process running the same configuration is SIGKILLed at iteration KILL_AT, its
+    lines written but not its checkpoint, and resumed from its last checkpoint (8) here:
+    same parameters, same metrics lines. The
     killed process loads the programs the first run exported (heron's program store)."""
     case = CASES[name]
     run = _run(case.jax_env, eval_every_n=8, save_every_n=8)

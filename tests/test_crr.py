@@ -289,11 +289,15 @@ SMALL_CRR = CRRConfig(
 def test_off_policy_updates_follow_the_replay_ratio_once_min_size_is_stored(tmp_path):
     summary = api.train(build("crr", SMALL_CRR, _small_crr_run()), str(tmp_path / "run"))
     lines = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
-    updates = [(line["step"], line["train/updates"]) for line in lines if line["kind"] == "train"]
+    updates = [(x["iteration"], x["train/updates"]) for x in lines if x["kind"] == "train"]
     # The first step of every env enters at the start (4), then 8 steps per iteration:
-    # 68 >= 64 stored at step 64, and from then on 0.5 x 8 updates per iteration.
-    assert [u for step, u in updates if step < 64] == [0.0] * 7
-    assert all(u == 4.0 for step, u in updates if step >= 64)
+    # 68 >= 64 stored at step 64 (iteration 8), and from then on 0.5 x 8 updates per
+    # iteration. Each line sums the iterations since the one before.
+    previous = 0
+    for iteration, made in updates:
+        assert made == 4.0 * sum(8 * i >= 64 for i in range(previous + 1, iteration + 1))
+        previous = iteration
+    assert previous == 64 and sum(made for _, made in updates) == 4.0 * 57
     assert summary["steps"] == 512 and summary["final_eval_return"] is not None
 
 

@@ -525,7 +525,8 @@ def test_offline_cli_runs_behaviour_cloning(counting_run, tmp_path, capsys):
         for x in (tmp_path / "bc" / "metrics.jsonl").read_text().splitlines()
         if json.loads(x)["kind"] == "train"
     ]
-    assert coefficients == [1.0, 1.0]  # behaviour cloning weighs every action by 1
+    assert coefficients == [1.0]  # behaviour cloning weighs every action by 1 (one line: 2
+    # iterations in one call)
 
 
 # --------------------------------------------------------------------------- learning

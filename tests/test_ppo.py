@@ -54,6 +54,19 @@ def test_act_serves_every_action_space(space, action_shape, dtype, two_towers):
     np.testing.assert_array_equal(tiny, greedy)  # an underflowing temperature is greedy
 
 
+def test_initial_log_std_is_the_gaussians_spread_at_the_start_and_refused_for_discrete():
+    box = _spec(gymnasium.spaces.Box(-1.0, 1.0, (2,)))
+    params = agents.make("ppo", box, PPOConfig(initial_log_std=-2.0)).init(jax.random.PRNGKey(0))
+    log_stds = [
+        leaf
+        for path, leaf in jax.tree_util.tree_leaves_with_path(params.params)
+        if "log_std" in jax.tree_util.keystr(path)
+    ]
+    assert len(log_stds) == 1 and np.all(np.asarray(log_stds[0]) == -2.0)
+    with pytest.raises(ConfigError, match=r"ppo.initial_log_std=-2 .* discrete"):
+        agents.make("ppo", _spec(gymnasium.spaces.Discrete(2)), PPOConfig(initial_log_std=-2.0))
+
+
 def test_two_towers_have_separate_torsos():
     spec = _spec(gymnasium.spaces.Discrete(2))
     shared = compiled.make("ppo", spec, PPOConfig(two_towers=False)).init(jax.random.PRNGKey(0))

@@ -159,14 +159,14 @@ def test_a_resumed_world_model_run_equals_the_uninterrupted_one(
 
     # SIGTERM in the first iteration (before its checkpoint is due): it saves there, says
     # so and stops; resumed, the run ends as the uninterrupted one.
-    iteration = driver._Loop._iteration
+    iterations = driver._Loop._iterations
 
-    def terminated_in_the_first(loop, state, i, first):
-        if i == 0:
+    def terminated_in_the_first(loop, state, done, count, first):
+        if done == 0:
             signal.raise_signal(signal.SIGTERM)
-        return iteration(loop, state, i, first)
+        return iterations(loop, state, done, count, first)
 
-    monkeypatch.setattr(driver._Loop, "_iteration", terminated_in_the_first)
+    monkeypatch.setattr(driver._Loop, "_iterations", terminated_in_the_first)
     argv = ["train", *_argv(dataset, tmp_path / "stopped", 400)]
     argv += ["--normalize-observations", "--save-every-n", "2"]
     assert main(argv) == 128 + signal.SIGTERM

@@ -33,7 +33,7 @@ from heron.agents.base import (
     register,
     warn_zero_start,
 )
-from heron.configs import check, integer, number, registered, scheduled
+from heron.configs import ConfigError, check, integer, number, registered, scheduled
 from heron.networks import (
     DenseHead,
     Heads,
@@ -111,6 +111,9 @@ class PPOConfig:
     """Stop an iteration's updates once the estimated KL to the behaviour policy exceeds
     1.5 x target_kl (Trax's rule, Trax's default 0.01; heron's estimate is a true KL, never
     negative, where Trax's mean log-ratio can be); inf disables it."""
+    initial_log_std: float = number(0.0)
+    """Log standard deviation of the Gaussian policy over Box actions at the start (SB3's
+    log_std_init; the zoo's MuJoCo settings start at -2); refused for discrete actions."""
     two_towers: bool = True
     """Separate policy and value networks; False shares torso and core (Trax's
     two_towers)."""
@@ -202,7 +205,7 @@ def policy_value_network(spec: EnvSpec, config: PPOConfig):
     """Policy and value heads on two towers, or on one shared torso and core; outputs
     ``{"policy": head output, "value": [...]}`` either way."""
     shape = spec.observation_shape
-    policy_head = PolicyHead(spec.action)
+    policy_head = PolicyHead(spec.action, initial_log_std=config.initial_log_std)
     value_head = DenseHead((), 1.0)
     if config.two_towers:
         return stack(
@@ -305,6 +308,11 @@ def vector_model(spec: EnvSpec, config: PPOConfig) -> PolicyModel:
 
 def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None) -> Agent:
     warn_zero_start(config, "ppo")
+    if config.initial_log_std != 0.0 and (spec.action.is_discrete or config.vocab_size):
+        raise ConfigError(
+            f"ppo.initial_log_std={config.initial_log_std:g} is the spread of a Gaussian over "
+            "Box actions; this policy's actions are discrete (leave it at 0)"
+        )
     if config.vocab_size is None:
         model = vector_model(spec, config)
     else:

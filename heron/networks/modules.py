@@ -142,11 +142,13 @@ class PolicyHead(nn.Module):
     """The head of every policy: logits [..., n] (Discrete) or [..., k, n] (k equal
     controls), or ``{"mean", "log_std"}`` [..., d] (Box). ``std`` chooses a state-independent
     log-std parameter (``"parameter"``, PPO's) or one computed from the features
-    (``"state"``, clipped to LOG_STD_RANGE; SAC's, CRR's)."""
+    (``"state"``, clipped to LOG_STD_RANGE; SAC's, CRR's), whose value at the start is
+    ``initial_log_std``."""
 
     spec: ActionSpec
     std: str = "parameter"
     scale: float = 0.01
+    initial_log_std: float = 0.0
 
     @nn.compact
     def __call__(self, features):
@@ -158,7 +160,8 @@ class PolicyHead(nn.Module):
         mean = orthogonal_dense(size, self.scale)(features)
         if self.std == "parameter":
             log_std = jnp.broadcast_to(
-                self.param("log_std", nn.initializers.zeros, (size,)), mean.shape
+                self.param("log_std", nn.initializers.constant(self.initial_log_std), (size,)),
+                mean.shape,
             )
         else:
             log_std = jnp.clip(orthogonal_dense(size, 0.0)(features), *LOG_STD_RANGE)

@@ -113,13 +113,17 @@ def non_finite_inputs(steps) -> dict:
     }
 
 
+LATEST = "schedule/"  # learned metrics that are a value in effect, not an average
+
+
 class MetricTotals(NamedTuple):
     """The metrics of iterations run in one call, as they accumulate (``combined`` makes
     them one line: what the agent learned averaged over the iterations that learned, zero
-    where none did; ``train/updates`` and the non-finite counts summed; the source's
-    metrics and observed steps of the last iteration. One iteration's are its own.)"""
+    where none did, but for the values in effect (``schedule/*``), the last of those;
+    ``train/updates`` and the non-finite counts summed; the source's metrics and observed
+    steps of the last iteration. One iteration's are its own.)"""
 
-    learned: dict  # sums over the iterations that learned
+    learned: dict  # sums (``LATEST``: the last) over the iterations that learned
     learned_in: jax.Array  # how many did
     updates: jax.Array  # train/updates, summed
     others: dict
@@ -134,8 +138,14 @@ def metric_totals(learned: dict, others: dict) -> MetricTotals:
 
 def add_metrics(totals: MetricTotals, learned: dict, others: dict) -> MetricTotals:
     new = metric_totals(learned, others)
+
+    def add(name, total, value):
+        if name.startswith(LATEST):
+            return jnp.where(new.learned_in > 0, value, total)
+        return total + value
+
     return MetricTotals(
-        jax.tree.map(jnp.add, totals.learned, new.learned),
+        {k: add(k, v, new.learned[k]) for k, v in totals.learned.items()},
         totals.learned_in + new.learned_in,
         totals.updates + new.updates,
         {k: totals.others[k] + v if k.startswith(NON_FINITE) else v for k, v in others.items()},
@@ -144,7 +154,7 @@ def add_metrics(totals: MetricTotals, learned: dict, others: dict) -> MetricTota
 
 def combined(totals: MetricTotals) -> dict:
     count = jnp.maximum(totals.learned_in, 1.0)
-    learned = {k: v / count for k, v in totals.learned.items()}
+    learned = {k: v if k.startswith(LATEST) else v / count for k, v in totals.learned.items()}
     return {**learned, "train/updates": totals.updates, **totals.others}
 
 

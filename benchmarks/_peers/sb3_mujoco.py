@@ -1,0 +1,161 @@
+"""Stable-Baselines3 or SBX (``--library``) SAC or TD3 (``--algo``) on a Gymnasium MuJoCo
+env, one measurement per process.
+
+Runs inside ``benchmarks/.venvs/sb3`` (SB3 on torch, one torch thread unless
+``--torch-threads``) or ``benchmarks/.venvs/sbx`` (SBX, the JAX port; its venv also holds
+SB3, whose env utilities it uses). Hyperparameters are rl-baselines3-zoo's MuJoCo ones:
+
+* SAC (``hyperparams/sac.yml``, ``HalfCheetah-v3: &mujoco-defaults``, shared by Hopper,
+  Walker2d and Ant): ``learning_starts: 10000``; the rest SAC's defaults (lr 3e-4, batch
+  256, 256x256 ReLU networks, tau 0.005, gamma 0.99, automatic entropy, one gradient
+  step per env step).
+* TD3 (``hyperparams/td3.yml``, MuJoCo entries): ``learning_starts: 10000``,
+  ``noise_type: normal``, ``noise_std: 0.1``, ``train_freq: 1``, ``gradient_steps: 1``,
+  ``learning_rate: 1e-3``, ``batch_size: 256``, ``net_arch: [400, 300]``; TD3's defaults
+  otherwise (tau 0.005, gamma 0.99, policy delay 2, target noise 0.2 clipped to 0.5).
+
+One env (a 1-env DummyVecEnv). Trains ``--steps`` env steps with a deterministic
+evaluation every ``--eval-every`` env steps over ``--eval-episodes`` episodes on a separate
+env, and at the end. Reports env steps/s of ``learn()`` less the evaluation time, the
+gradient updates, and the eval curve (``wall_s`` from the start of this script).
+
+Prints one JSON object as the last stdout line.
+"""
+
+from __future__ import annotations
+
+import time
+
+_T0 = time.perf_counter()
+
+import argparse  # noqa: E402
+
+import numpy as np  # noqa: E402
+from _common import base_parser, emit, package_versions  # noqa: E402
+from sb3_ppo import timed_learn  # noqa: E402
+from sb3_sac import TimedGreedyEvalCallback  # noqa: E402
+from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
+from stable_baselines3.common.noise import NormalActionNoise  # noqa: E402
+from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
+
+ZOO = {
+    "sac": {"learning_starts": 10_000},
+    "td3": {
+        "learning_starts": 10_000,
+        "noise_type": "normal",
+        "noise_std": 0.1,
+        "train_freq": 1,
+        "gradient_steps": 1,
+        "learning_rate": 1e-3,
+        "batch_size": 256,
+        "policy_kwargs": {"net_arch": [400, 300]},
+    },
+}
+# SB3 2.9.2's defaults that the zoo keeps, written out so the run is reproducible.
+DEFAULTS = {
+    "sac": {
+        "learning_rate": 3e-4,
+        "buffer_size": 1_000_000,
+        "batch_size": 256,
+        "tau": 0.005,
+        "gamma": 0.99,
+        "train_freq": 1,
+        "gradient_steps": 1,
+        "ent_coef": "auto",
+        "target_entropy": "auto",
+        "policy_kwargs": {"net_arch": [256, 256]},
+    },
+    "td3": {
+        "buffer_size": 1_000_000,
+        "tau": 0.005,
+        "gamma": 0.99,
+        "policy_delay": 2,
+        "target_policy_noise": 0.2,
+        "target_noise_clip": 0.5,
+    },
+}
+
+
+def config(algo: str, learning_starts: int) -> dict:
+    """The constructor's keyword arguments (the zoo's values over SB3's defaults)."""
+    values = {**DEFAULTS[algo], **ZOO[algo], "learning_starts": learning_starts}
+    values.pop("noise_type", None)
+    values.pop("noise_std", None)
+    return values
+
+
+def make_model(args):
+    if args.library == "sb3":
+        import torch
+        from stable_baselines3 import SAC, TD3
+
+        if args.torch_threads > 0:
+            torch.set_num_threads(args.torch_threads)
+        extra = {"device": "cpu"}
+    else:
+        from sbx import SAC, TD3
+
+        extra = {}
+    env = make_vec_env(args.env, n_envs=1, seed=args.seed, vec_env_cls=DummyVecEnv)
+    kwargs = config(args.algo, args.learning_starts)
+    if args.library == "sbx" and args.algo == "sac":
+        kwargs.pop("target_entropy")  # SBX's SAC sets it as SB3's "auto" does
+    if args.algo == "td3":
+        size = env.action_space.shape[-1]
+        noise = ZOO["td3"]["noise_std"]
+        kwargs["action_noise"] = NormalActionNoise(np.zeros(size), noise * np.ones(size))
+    cls = SAC if args.algo == "sac" else TD3
+    return cls("MlpPolicy", env, seed=args.seed, verbose=0, **kwargs, **extra)
+
+
+def run(args) -> dict:
+    model = make_model(args)
+    eval_env = make_vec_env(args.env, n_envs=1, seed=args.seed + 10_000)
+    callback = TimedGreedyEvalCallback(eval_env, args.eval_every, args.eval_episodes)
+    learn_s = timed_learn(model, args.steps, callback)
+    steps = int(model.num_timesteps)
+    train_s = learn_s - callback.eval_s
+    updates = int(getattr(model, "_n_updates", 0))
+    returns = [e["return_mean"] for e in callback.evals]
+    return {
+        "steps": steps,
+        "updates": updates,
+        "learn_s": learn_s,
+        "eval_s": callback.eval_s,
+        "steps_per_s_excluding_eval": steps / train_s,
+        "updates_per_s_excluding_eval": updates / train_s,
+        "evals": callback.evals,
+        "final_eval_return": returns[-1],
+        "best_eval_return": max(returns),
+    }
+
+
+def parse_args() -> argparse.Namespace:
+    parser = base_parser(__doc__.splitlines()[0], ("eval",))
+    parser.add_argument("--library", choices=("sb3", "sbx"), required=True)
+    parser.add_argument("--algo", choices=("sac", "td3"), required=True)
+    parser.add_argument("--env", required=True, help="a Gymnasium id, e.g. HalfCheetah-v5")
+    parser.add_argument("--learning-starts", type=int, default=10_000)
+    parser.add_argument("--torch-threads", type=int, default=1, help="SB3 only; 0: torch's")
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    result = run(args)
+    names = ("stable-baselines3", "torch") if args.library == "sb3" else ("sbx-rl", "jax")
+    emit(
+        {
+            "system": args.library,
+            "algo": args.algo,
+            "seed": args.seed,
+            "process_s": time.perf_counter() - _T0,
+            "config": {"env": args.env, "n_envs": 1, **config(args.algo, args.learning_starts)},
+            "versions": package_versions(*names, "gymnasium", "mujoco"),
+            **result,
+        }
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,369 @@
+"""MuJoCo through Gymnasium: heron SAC and TD3 beside Stable-Baselines3 and SBX at equal
+work, and heron's host loop against its update rate alone.
+
+Usage (from the repository root)::
+
+    .venv/bin/python benchmarks/mujoco.py [--sections host,equal] [--quick]
+        [--envs HalfCheetah-v5,Hopper-v5] [--seeds 0,1,2] [--steps 300000]
+        [--at 100000,300000] [--out PATH] [--wait-idle S] [--timeout S]
+
+Every figure comes from a fresh subprocess; timings are printed and stored, never asserted.
+
+``host``: heron SAC on ``gym:HalfCheetah-v5`` at one env and one update per env step
+(``--num-envs 1``, SAC's defaults: 256x256 networks, batches of 256): env steps/s once
+the updates have begun, from ``metrics.jsonl``; then the same SAC learning alone, from a
+dataset collected by that run (``heron collect``, then ``heron train sac --dataset``):
+updates/s. Both runs are made twice, alternating, and the medians kept. Target: the
+first at least 90% of the second (the Gymnasium host loop is not the bottleneck).
+
+``equal``: on each of ``--envs``, for each seed, SB3 SAC and TD3 (torch CPU, one thread),
+SBX SAC and TD3 and heron SAC and TD3 with the rl-baselines3-zoo MuJoCo hyperparameters
+(``_peers/sb3_mujoco.py`` lists them): one env, one update per env step, 10,000 random
+steps before learning, SAC 256x256 / TD3 400x300 networks, batches of 256, the same
+learning rates, replay of 1M. heron is given the same values by flag (``EQUAL_FLAGS``),
+not its presets. Greedy evaluation every ``EVAL_EVERY`` steps over ``EVAL_EPISODES``
+episodes. Reported: steps/s (evaluation time excluded; heron's after compilation),
+whole-process time, greedy return at each of ``--at`` (mean +- standard error over the
+seeds), and the ratios heron / SB3 and heron / SBX of steps/s (targets: SAC >= 1.8x SB3
+and >= 1.2x SBX).
+
+heron's MuJoCo presets (``gym:<env>`` in heron/presets/*.toml) are measured beside the
+zoo's published 1M-step returns by ``benchmarks/presets.py`` (e.g. ``--only
+sac/gym:HalfCheetah-v5,td3/gym:HalfCheetah-v5 --seeds 1``), as every preset is.
+
+The peer venvs (``benchmarks/.venvs/sb3``, ``.venvs/sbx``) are made on first use from
+``_peers/sb3-requirements.txt`` and ``_peers/sbx-requirements.txt``. Results go to
+``--out`` (default ``benchmarks/results/mujoco.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from _harness import SetupError
+from pendulum import heron_curve, read_metrics
+from ppo_cartpole import (
+    BUSY_WARNING,
+    log,
+    machine_info,
+    measure,
+    other_load,
+    prepare_peer,
+    ratio,
+    record_run,
+    reset_dir,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+PEERS = ROOT / "benchmarks" / "_peers"
+
+EVAL_EVERY = 10_000  # env steps between greedy evaluations
+EVAL_EPISODES = 5
+LEARNING_STARTS = 10_000  # the zoo's, for every MuJoCo env
+SAC_TARGETS = {"sb3": 1.8, "sbx": 1.2}  # heron SAC steps/s over theirs, at equal work
+HOST_TARGET = 0.9  # heron SAC steps/s at one env over its update rate alone
+# heron's flags for the zoo's settings (its defaults are SB3's otherwise).
+EQUAL_FLAGS = {
+    "sac": (
+        "--sac.replay.min-size", str(LEARNING_STARTS), "--sac.replay.capacity", "1000000",
+    ),
+    "td3": (
+        "--td3.replay.min-size", str(LEARNING_STARTS), "--td3.replay.capacity", "1000000",
+        "--td3.network.hidden-sizes", "400", "300",
+    ),
+}  # fmt: skip
+
+
+def heron_flags(run_dir: Path, seed: int) -> list[str]:
+    """The run directory, seed and greedy evaluation of a heron run."""
+    return [
+        "--run-dir", str(run_dir), "--seed", str(seed), "--n-evals", str(EVAL_EPISODES),
+        "--eval-temperatures", "0",
+    ]  # fmt: skip
+
+
+def heron_train(args, name: str, argv: list[str]) -> tuple[dict | None, dict, list[dict]]:
+    """(final JSON line, the process record, metrics.jsonl's lines) of one heron run."""
+    run_dir = Path(argv[argv.index("--run-dir") + 1])
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    runs: dict[str, Any] = {}
+    payload = record_run(runs, name, name, measure(argv, args))
+    metrics = run_dir / "metrics.jsonl"
+    return payload, runs[name], read_metrics(metrics) if metrics.exists() else []
+
+
+def rate_after(entries: list[dict], start_step: int, key: str = "step") -> float | None:
+    """Steps (or, offline, updates) per second between the first train line at or after
+    ``start_step`` and the last one, leaving out the time of evaluations between them."""
+    train = [e for e in entries if e.get("kind") == "train" and e["step"] >= start_step]
+    if len(train) < 2:
+        return None
+    first, last = train[0], train[-1]
+    return (last[key] - first[key]) / (last["wall_s"] - first["wall_s"])
+
+
+# --------------------------------------------------------------------------- host
+
+
+def bench_host(args, work: Path) -> dict[str, Any]:
+    """heron SAC at one env and one update per step, beside its updates alone."""
+    steps = 4_000 if args.quick else 8_000
+    starts = 1_000
+    online, offline, records = [], [], {}
+    for attempt in range(1 if args.quick else 2):
+        run_dir = work / f"host_online_{attempt}"
+        argv = [
+            str(args.heron), "train", "sac", "--env", "gym:HalfCheetah-v5", "--preset", "none",
+            "--steps", str(steps), "--num-envs", "1", "--eval-every-n", str(10 * steps),
+            *heron_flags(run_dir, 0),
+            "--sac.replay.min-size", str(starts),
+        ]  # fmt: skip
+        payload, records[f"online_{attempt}"], entries = heron_train(args, "host online", argv)
+        if payload is None:
+            return {"records": records, "error": "the online run failed"}
+        online.append(rate_after(entries, 2 * starts))
+        data = work / f"host_data_{attempt}"
+        if data.exists():
+            shutil.rmtree(data)
+        collect = [str(args.heron), "collect", str(run_dir), "--episodes", "5", "--out", str(data)]
+        runs: dict[str, Any] = {}
+        if record_run(runs, "collect", "host collect", measure(collect, args)) is None:
+            return {"records": {**records, **runs}, "error": "heron collect failed"}
+        off_dir = work / f"host_offline_{attempt}"
+        argv = [
+            str(args.heron), "train", "sac", "--env", "gym:HalfCheetah-v5", "--dataset",
+            str(data), "--steps", str(steps), "--updates-per-iteration", "500",
+            "--eval-every-n", "1000", "--no-checkpoints", *heron_flags(off_dir, 0),
+        ]  # fmt: skip
+        payload, records[f"offline_{attempt}"], entries = heron_train(args, "host alone", argv)
+        if payload is None:
+            return {"records": records, "error": "the offline run failed"}
+        offline.append(rate_after(entries, 1_000))
+    steps_per_s, updates_per_s = statistics.median(online), statistics.median(offline)
+    disturbed = any(other_load(r) > BUSY_WARNING for r in records.values())
+    return {
+        "env_steps_per_s": online,
+        "updates_per_s_alone": offline,
+        "ratio": steps_per_s / updates_per_s,
+        "target": HOST_TARGET,
+        "disturbed": disturbed,
+        "records": records,
+    }
+
+
+def format_host(host: dict[str, Any]) -> str:
+    if "error" in host:
+        return f"host loop: {host['error']}"
+    online = ", ".join(f"{v:.0f}" for v in host["env_steps_per_s"])
+    alone = ", ".join(f"{v:.0f}" for v in host["updates_per_s_alone"])
+    mark = " (* other load during the runs)" if host["disturbed"] else ""
+    return (
+        "host loop, heron SAC on gym:HalfCheetah-v5, one env, one update per step:\n"
+        f"  env steps/s with updates: {online}; updates/s alone: {alone}\n"
+        f"  ratio {host['ratio']:.2f} (target >= {host['target']:.2f}){mark}"
+    )
+
+
+# --------------------------------------------------------------------------- equal work
+
+
+def equal_heron(args, work: Path, algo: str, env: str, seed: int) -> dict[str, Any]:
+    run_dir = work / f"equal_heron_{algo}_{env}_s{seed}"
+    argv = [
+        str(args.heron), "train", algo, "--env", f"gym:{env}", "--preset", "none",
+        "--steps", str(args.steps), "--num-envs", "1", "--eval-every-n", str(EVAL_EVERY),
+        *heron_flags(run_dir, seed),
+        *EQUAL_FLAGS[algo],
+    ]  # fmt: skip
+    payload, record, entries = heron_train(args, f"heron {algo} {env} s{seed}", argv)
+    if payload is None:
+        return {"record": record}
+    curve = heron_curve(entries, 0.0)
+    return {
+        "record": record,
+        "steps_per_s": payload.get("steps_per_s_after_compile"),
+        "whole_s": record["wall_s"],
+        "curve": [{"step": e["step"], "return_mean": e["return_mean"]} for e in curve],
+    }
+
+
+def equal_peer(args, library: str, algo: str, env: str, seed: int) -> dict[str, Any]:
+    try:
+        python = prepare_peer(library)
+    except SetupError as exc:
+        log(f"  {library}: could not prepare its venv: {exc}")
+        return {"error": f"venv: {exc}"}
+    argv = [
+        str(python), str(PEERS / "sb3_mujoco.py"), "--library", library, "--algo", algo,
+        "--env", env, "--mode", "eval", "--steps", str(args.steps), "--seed", str(seed),
+        "--eval-every", str(EVAL_EVERY), "--eval-episodes", str(EVAL_EPISODES),
+        "--learning-starts", str(LEARNING_STARTS),
+    ]  # fmt: skip
+    runs: dict[str, Any] = {}
+    payload = record_run(runs, "run", f"{library} {algo} {env} s{seed}", measure(argv, args))
+    record = runs["run"]
+    if payload is None:
+        return {"record": record}
+    return {
+        "record": record,
+        "steps_per_s": payload["steps_per_s_excluding_eval"],
+        "whole_s": record["wall_s"],
+        "curve": [{"step": e["step"], "return_mean": e["return_mean"]} for e in payload["evals"]],
+    }
+
+
+def return_at(curve: list[dict], step: int) -> float | None:
+    """The greedy return of the evaluation at ``step`` (the last one at or before it)."""
+    before = [e for e in curve if e["step"] <= step]
+    if not before or step - before[-1]["step"] >= EVAL_EVERY:
+        return None
+    return before[-1]["return_mean"]
+
+
+def mean_se(values: list[float | None]) -> tuple[float | None, float | None]:
+    kept = [v for v in values if v is not None and math.isfinite(v)]
+    if not kept:
+        return None, None
+    mean = statistics.fmean(kept)
+    se = statistics.stdev(kept) / math.sqrt(len(kept)) if len(kept) > 1 else None
+    return mean, se
+
+
+def bench_equal(args, work: Path) -> list[dict[str, Any]]:
+    rows = []
+    for env in args.envs:
+        for algo in ("sac", "td3"):
+            for system in args.systems:
+                runs = []
+                for seed in args.seeds:
+                    if system == "heron":
+                        runs.append(equal_heron(args, work, algo, env, seed))
+                    else:
+                        runs.append(equal_peer(args, system, algo, env, seed))
+                row = {"env": env, "algo": algo, "system": system, "runs": runs}
+                row["steps_per_s"] = mean_se([r.get("steps_per_s") for r in runs])
+                row["whole_s"] = mean_se([r.get("whole_s") for r in runs])
+                row["returns"] = {
+                    str(at): mean_se([return_at(r.get("curve", []), at) for r in runs])
+                    for at in args.at
+                }
+                row["disturbed"] = any(
+                    other_load(r["record"]) > BUSY_WARNING for r in runs if "record" in r
+                )
+                rows.append(row)
+    return rows
+
+
+def fmt_mean_se(pair: tuple[float | None, float | None], spec: str = ".0f") -> str:
+    mean, se = pair
+    if mean is None:
+        return "-"
+    return format(mean, spec) + ("" if se is None else f" +- {format(se, spec)}")
+
+
+def equal_ratios(rows: list[dict]) -> list[dict[str, Any]]:
+    """heron's steps/s over each peer's, per env and algorithm."""
+    ratios = []
+    for row in rows:
+        if row["system"] == "heron":
+            continue
+        heron = next(
+            r for r in rows if r["system"] == "heron" and r["env"] == row["env"]
+            and r["algo"] == row["algo"]
+        )  # fmt: skip
+        value = ratio(heron["steps_per_s"][0], row["steps_per_s"][0])
+        target = SAC_TARGETS.get(row["system"]) if row["algo"] == "sac" else None
+        ratios.append({"env": row["env"], "algo": row["algo"], "over": row["system"],
+                       "ratio": value, "target": target})  # fmt: skip
+    return ratios
+
+
+def format_equal(rows: list[dict], ratios: list[dict], at: list[int]) -> str:
+    header = ["env", "algo", "system", "steps/s", "whole s"] + [f"return @{a:,}" for a in at]
+    table = [header]
+    for row in rows:
+        mark = "*" if row["disturbed"] else ""
+        table.append(
+            [row["env"], row["algo"], row["system"] + mark, fmt_mean_se(row["steps_per_s"]),
+             fmt_mean_se(row["whole_s"])]
+            + [fmt_mean_se(row["returns"][str(a)]) for a in at]
+        )  # fmt: skip
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in table]
+    lines.append("(mean +- s.e. over seeds; * other load during a run)")
+    for r in ratios:
+        value = "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"
+        target = "" if r["target"] is None else f" (target >= {r['target']:g}x)"
+        lines.append(f"heron {r['algo']} / {r['over']} steps/s on {r['env']}: {value}{target}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sections", default="host,equal")
+    parser.add_argument("--quick", action="store_true", help="short runs: 20k steps, one seed")
+    parser.add_argument("--envs", default="HalfCheetah-v5,Hopper-v5")
+    parser.add_argument("--systems", default="sb3,sbx,heron")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--steps", type=int, default=300_000, help="env steps of each run")
+    parser.add_argument("--at", default="100000,300000", help="steps to report returns at")
+    parser.add_argument("--heron", type=Path, default=ROOT / ".venv" / "bin" / "heron")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/mujoco.json")
+    parser.add_argument("--wait-idle", type=float, default=0.0)
+    parser.add_argument("--timeout", type=float, default=6 * 3600.0, help="per process, s")
+    args = parser.parse_args(argv)
+    args.sections = [s for s in args.sections.split(",") if s]
+    unknown = set(args.sections) - {"host", "equal"}
+    if unknown:
+        parser.error(f"unknown --sections {sorted(unknown)}; valid: host, equal")
+    args.envs = [e for e in args.envs.split(",") if e]
+    args.systems = [s for s in args.systems.split(",") if s]
+    args.seeds = [int(s) for s in args.seeds.split(",") if s]
+    args.at = [int(a) for a in args.at.split(",") if a]
+    if args.quick:
+        args.steps, args.at, args.seeds = 20_000, [20_000], args.seeds[:1]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    work = reset_dir(args.out.parent / "mujoco_runs")
+    results: dict[str, Any] = {"benchmark": "mujoco", "quick": args.quick,
+                               "machine": machine_info(), "args": {
+                                   k: str(v) if isinstance(v, Path) else v
+                                   for k, v in vars(args).items()}}  # fmt: skip
+    report = []
+    if "host" in args.sections:
+        log("host loop: heron SAC on gym:HalfCheetah-v5 at one env")
+        results["host"] = bench_host(args, work)
+        report.append(format_host(results["host"]))
+    if "equal" in args.sections:
+        log(f"equal work: {', '.join(args.envs)}, {args.steps:,} steps, seeds {args.seeds}")
+        rows = bench_equal(args, work)
+        ratios = equal_ratios(rows)
+        results["equal"] = {"rows": rows, "ratios": ratios, "eval_every": EVAL_EVERY,
+                            "eval_episodes": EVAL_EPISODES}  # fmt: skip
+        report.append(format_equal(rows, ratios, args.at))
+    results["total_wall_s"] = time.perf_counter() - started
+    log("\n" + "\n\n".join(report))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=1))
+    log(f"\nresults: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
