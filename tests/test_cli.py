@@ -171,7 +171,9 @@ def test_schedules_from_the_command_line(tmp_path, capsys):
     assert config["ppo"]["entropy_cost"] == "linear(0.01, 0.0, 32)"
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     values = [line["schedule/entropy_cost"] for line in lines if line["kind"] == "train"]
-    assert values[0] == pytest.approx(0.01 * (1 - 1.5 / 32), rel=1e-5)  # mean of updates 0..3
+    # A line per call of 4 iterations of 4 updates: the value in effect is the last
+    # iteration's, the mean of updates 12..15.
+    assert values[0] == pytest.approx(0.01 * (1 - 13.5 / 32), rel=1e-5)
     assert values[-1] == 0.0  # 64 updates in all: the schedule ended after 32
     capsys.readouterr()
     assert (

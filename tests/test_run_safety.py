@@ -115,7 +115,7 @@ def test_a_run_that_failed_before_its_first_checkpoint_starts_again_on_resume(
     setup = build("ppo", PPO, small_ppo.run())
     program = setup.program()
 
-    def out_of_memory(state):
+    def out_of_memory(state, count):
         raise MemoryError("RESOURCE_EXHAUSTED: out of memory")
 
     monkeypatch.setattr(

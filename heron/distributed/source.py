@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -111,6 +111,9 @@ class RaySource(Source):
     actors: int
     dist: DistConfig
     pool: ActorPool = dataclasses.field(compare=False, repr=False)
+    # An iteration waits on the actors' round trips, not on the host's loop, and its
+    # metrics (policy lag, faults, unrolls taken) are the iteration's own.
+    iterations_in_one_call: ClassVar[bool] = False
 
     def __post_init__(self):
         # One actor's source, traced here only for the shapes of its state and steps.

@@ -247,9 +247,10 @@ class _Loop:
     def _count(self, done: int) -> int:
         """How many iterations the next call runs, after ``done``: enough for about
         ``HOST_VISIT_STEPS`` steps, and never past the next evaluation, checkpoint or the
-        end (observers see every iteration's steps: one)."""
+        end (observers see every iteration's steps, and some sources ask for every
+        iteration: one)."""
         setup, run = self.setup, self.setup.run
-        if setup.observers:
+        if setup.observers or not setup.source.iterations_in_one_call:
             return 1
         count = max(1, HOST_VISIT_STEPS // (setup.steps_per_iteration * run.seeds))
         periods = [run.eval_every_n] + ([run.save_every_n] if self.checkpointer else [])

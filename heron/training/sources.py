@@ -87,6 +87,9 @@ class Source(abc.ABC):
     held_out_steps: Any = None
     # False: the steps of ``init`` are all there is (a dataset), ``collect`` returns none
     collects: ClassVar[bool] = True
+    # False: the host sees every iteration (one call of the compiled program each), where
+    # the driver would otherwise run several in one call (``driver.HOST_VISIT_STEPS``)
+    iterations_in_one_call: ClassVar[bool] = True
 
     @property
     def replay_sizes(self) -> dict:
