@@ -192,9 +192,11 @@ def test_the_policy_and_the_targets_move_at_every_policy_delay_th_update_only(ag
 
 
 def test_collecting_adds_exploration_noise_and_temperature_scales_it(agent):
-    """In [-1, 1]: act adds noise of std exploration_noise (0.1), policy at temperature T
-    of std T * 0.1, and T = 0 is the deterministic tanh action; all scaled to the Box."""
-    state = agent.init(jax.random.PRNGKey(0))
+    """In [-1, 1]: act adds noise of std exploration_noise (0.1) once the agent has learnt
+    (before its first update it acts uniformly at random), policy at temperature T of std
+    T * 0.1, and T = 0 is the deterministic tanh action; all scaled to the Box."""
+    fresh = agent.init(jax.random.PRNGKey(0))
+    state = fresh._replace(update_step=jnp.ones((), jnp.int32))
     n = 4096
     observation = jax.random.normal(jax.random.PRNGKey(1), (n, 3))
     timestep = TimeStep(jnp.full(n, StepType.MID), jnp.zeros(n), jnp.ones(n), observation)
@@ -213,6 +215,11 @@ def test_collecting_adds_exploration_noise_and_temperature_scales_it(agent):
         spread = float(np.std(np.asarray(sampled - greedy) / 2.0))
         assert spread == pytest.approx(0.1 * temperature, rel=0.05), temperature
     assert float(jnp.abs(sampled).max()) <= 2.0
+    warm_up, _, _ = agent.act(fresh, timestep, carry, jax.random.PRNGKey(3))
+    uniform = np.asarray(warm_up) / 2.0  # U(-1, 1): mean 0, std 1/sqrt(3), reaching the edges
+    assert float(np.mean(uniform)) == pytest.approx(0.0, abs=0.03)
+    assert float(np.std(uniform)) == pytest.approx(1 / np.sqrt(3), rel=0.03)
+    assert float(np.abs(uniform).max()) > 0.99 and float(np.abs(uniform).max()) <= 1.0
 
 
 # ----------------------------------------------------------------- recurrent

@@ -26,7 +26,10 @@ truncated transition bootstraps from the LAST step's own observation.
 
 Collecting adds Gaussian noise of std ``exploration_noise`` to the policy's action in
 [-1, 1]^d (clipped back into it); evaluating at temperature T adds T times that noise, and
-T = 0 is the deterministic policy.
+T = 0 is the deterministic policy. Until its first update (while the replay holds fewer
+than ``replay.min_size`` steps) it collects uniformly random actions instead, as SB3 does
+for its ``learning_starts`` steps: the untrained policy with small noise would fill the
+replay with actions near one point (on HalfCheetah-v5 it then stayed at a return of -600).
 
 With a recurrent core (``network.core``), the policy and each critic unroll over the
 sequence from zero states or, with ``use_rollout_state``, from the states recorded when
@@ -254,8 +257,12 @@ def make_td3(spec: EnvSpec, config: TD3Config, devices=None) -> Agent:
         )
 
     def act(state: TD3State, timestep: TimeStep, carry, key):
+        noise_key, uniform_key = jax.random.split(key)
+
         def explore(head_output):
-            return with_noise(jnp.tanh(head_output), key, config.exploration_noise), ()
+            noisy = with_noise(jnp.tanh(head_output), noise_key, config.exploration_noise)
+            uniform = jax.random.uniform(uniform_key, noisy.shape, noisy.dtype, -1.0, 1.0)
+            return jnp.where(state.update_step == 0, uniform, noisy), ()
 
         action, _, new_carry = nets.act_with(
             state.policy_params, state.critic_params, timestep, carry, explore
