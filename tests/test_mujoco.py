@@ -11,8 +11,12 @@ from heron import presets
 from heron.api import build, train
 
 HALF_CHEETAH = "gym:HalfCheetah-v5"
-# (steps, greedy return to reach): THRESHOLDS_MEASURED gives what seeds 0-2 reached.
-BUDGETS = {"sac": (30_000, 1_000.0), "td3": (30_000, 1_000.0)}
+# (greedy return to reach, within steps). Measured with the presets (greedy evaluation of 5
+# episodes every 5k steps), seeds 0-2, first evaluation at or above the threshold:
+# SAC >= 500 at 25k, 30k, 30k (>= 1000 at 25k, 40k, 35k; 1560-2176 at 40k);
+# TD3 >= 1000 at 25k, 25k, 25k (4087, 3403, 2886 at 40k).
+# The budgets leave two evaluations (10k steps) over the slowest seed.
+BUDGETS = {"sac": (500.0, 40_000), "td3": (1_000.0, 35_000)}
 
 
 def _greedy_evals(run_dir):
@@ -23,10 +27,11 @@ def _greedy_evals(run_dir):
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ["sac", "td3"])
 def test_learns_half_cheetah_from_its_preset(algo, tmp_path):
-    steps, threshold = BUDGETS[algo]
+    """The shipped preset, stopped at the first greedy evaluation at the threshold (seed 0
+    reached it at 25k steps: about 2-3 min on 2 shared cores)."""
+    threshold, steps = BUDGETS[algo]
     config, run = presets.preset(algo, HALF_CHEETAH)
-    run = dataclasses.replace(
-        run, steps=steps, eval_every_n=2_500, stop_at_return=threshold, seed=0, checkpoints=False
-    )
+    run = dataclasses.replace(run, steps=steps, stop_at_return=threshold, seed=0)
     summary = train(build(algo, config, run), str(tmp_path / "run"))
-    assert summary["best_eval_return"] >= threshold, _greedy_evals(tmp_path / "run")
+    assert summary["stopped_at_return"], _greedy_evals(tmp_path / "run")
+    assert summary["best_eval_return"] >= threshold
