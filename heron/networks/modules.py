@@ -141,9 +141,8 @@ class DenseHead(nn.Module):
 class PolicyHead(nn.Module):
     """The head of every policy: logits [..., n] (Discrete) or [..., k, n] (k equal
     controls), or ``{"mean", "log_std"}`` [..., d] (Box). ``std`` chooses a state-independent
-    log-std parameter (``"parameter"``, PPO's) or one computed from the features
-    (``"state"``, clipped to LOG_STD_RANGE; SAC's, CRR's), whose value at the start is
-    ``initial_log_std``."""
+    log-std parameter starting at ``initial_log_std`` (``"parameter"``, PPO's) or one computed
+    from the features (``"state"``, clipped to LOG_STD_RANGE; SAC's, CRR's)."""
 
     spec: ActionSpec
     std: str = "parameter"
