@@ -33,7 +33,7 @@ import argparse  # noqa: E402
 import numpy as np  # noqa: E402
 from _common import base_parser, emit, package_versions  # noqa: E402
 from sb3_ppo import timed_learn  # noqa: E402
-from sb3_sac import TimedGreedyEvalCallback  # noqa: E402
+from sb3_sac import SAC_DEFAULTS, TimedGreedyEvalCallback  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 from stable_baselines3.common.noise import NormalActionNoise  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
@@ -53,17 +53,15 @@ ZOO = {
 }
 # SB3 2.9.2's defaults that the zoo keeps, written out so the run is reproducible.
 DEFAULTS = {
+    # sb3_sac's written-out SAC defaults (its learning_starts is the zoo's here), SB3's lr;
+    # target_update_interval 1 is SB3's default, which SBX's SAC does not take
     "sac": {
+        **{
+            k: v
+            for k, v in SAC_DEFAULTS.items()
+            if k not in ("learning_starts", "target_update_interval")
+        },
         "learning_rate": 3e-4,
-        "buffer_size": 1_000_000,
-        "batch_size": 256,
-        "tau": 0.005,
-        "gamma": 0.99,
-        "train_freq": 1,
-        "gradient_steps": 1,
-        "ent_coef": "auto",
-        "target_entropy": "auto",
-        "policy_kwargs": {"net_arch": [256, 256]},
     },
     "td3": {
         "buffer_size": 1_000_000,
