@@ -13,7 +13,7 @@ start-up, imports, compilation and the runs' own greedy evaluations:
   the preset a user gets (``heron/presets/ppo.toml``), on an empty JAX compilation cache;
 * rejax 0.1.3 (gymnax 0.0.9, jit-compiled) in ``benchmarks/.venvs/rejax`` with rejax's own
   Breakout-MinAtar PPO config (``_peers/rejax_ppo.py --env Breakout-MinAtar``), greedy
-  evaluation on the same schedule as heron's preset (every 32,768 env steps, 16 episodes).
+  evaluation on the same schedule as heron's preset (every 131,072 env steps, 16 episodes).
 
 Per system and budget: whole-process seconds, the greedy return of the last evaluation (and
 the best one), and steps/s after compilation (heron: ``steps_per_s_after_compile`` of its
@@ -60,9 +60,9 @@ FULL_BUDGETS = (1_000_000, 10_000_000)
 QUICK_BUDGETS = (200_000,)
 MAX_THROUGHPUT_STEPS = 1_000_000
 # rejax evaluates like heron's Breakout preset: every eval_every_n (16) iterations of
-# num_envs (64) x unroll_length (32) env steps, n_evals (16) greedy episodes. Checked
+# num_envs (64) x unroll_length (128) env steps, n_evals (16) greedy episodes. Checked
 # against each heron run's config.json (a mismatch is printed).
-EVAL_EVERY = 16 * 64 * 32
+EVAL_EVERY = 16 * 64 * 128
 EVAL_EPISODES = 16
 SYSTEMS = ("rejax", "heron")
 
@@ -311,8 +311,8 @@ notes:
   final greedy  mean greedy return of the run's last evaluation (MinAtar's 1,000-step
                 episode limit); best greedy: the run's best evaluation. One seed, one run:
                 compare returns only between rows of (nearly) equal steps.
-  networks      not the same: heron's preset is a 16-channel 3x3 conv + one 128-unit layer
-                shared by policy and value (lr 2.5e-3, 64 envs x 32 steps); rejax's config
+  networks      not the same: heron's preset is gymnax-blines' separate 2x256 ReLU MLPs
+                (lr 5e-4, entropy cost 0.05, 64 envs x 128 steps); rejax's config
                 uses its default separate 64-64 tanh MLPs on the flattened grid (lr 2.6e-4,
                 32 envs x 32 steps). updates/1k: gradient updates per 1,000 env steps, and
                 epochs (passes over each sample), from each system's own settings.
