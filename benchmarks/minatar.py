@@ -13,12 +13,15 @@ start-up, imports, compilation and the runs' own greedy evaluations:
   the preset a user gets (``heron/presets/ppo.toml``), on an empty JAX compilation cache;
 * rejax 0.1.3 (gymnax 0.0.9, jit-compiled) in ``benchmarks/.venvs/rejax`` with rejax's own
   Breakout-MinAtar PPO config (``_peers/rejax_ppo.py --env Breakout-MinAtar``), greedy
-  evaluation on the same schedule as heron's preset (every 131,072 env steps, 16 episodes).
+  evaluation on the same schedule as heron's preset (every 131,072 env steps, 16 episodes);
+* ``heron_equal``: heron's CLI with rejax's settings by flag (``EQUAL_FLAGS``: the same
+  networks, envs, rollouts, mini-batches, epochs and evaluations), for steps/s at equal work.
 
 Per system and budget: whole-process seconds, the greedy return of the last evaluation (and
 the best one), and steps/s after compilation (heron: ``steps_per_s_after_compile`` of its
 run; rejax: a second call of its compiled ``train`` without evaluation, in a separate
-process at the smallest budget, at most 1M). The ratio heron/rejax of steps/s is printed.
+process at the smallest budget, at most 1M). The ratios heron/rejax and heron_equal/rejax
+of steps/s are printed.
 Returns are comparable only at equal env steps: each run's actual step count is shown
 (each system rounds the budget up to whole iterations). Timings are reported, never
 asserted. Results go to ``--out`` as JSON (default ``benchmarks/results/minatar.json``),
@@ -64,7 +67,21 @@ MAX_THROUGHPUT_STEPS = 1_000_000
 # against each heron run's config.json (a mismatch is printed).
 EVAL_EVERY = 16 * 64 * 128
 EVAL_EPISODES = 16
-SYSTEMS = ("rejax", "heron")
+SYSTEMS = ("rejax", "heron", "heron_equal")
+HERONS = ("heron", "heron_equal")  # heron's preset; heron at rejax's settings
+# heron_equal: rejax's Breakout config (_peers/rejax_ppo.py's REJAX_BREAKOUT_PPO) in heron's
+# flags, for steps/s at equal work. num_minibatches 4 of 32 envs x 32 steps: batches of 256;
+# vf_coef 0.5 weighs the squared error, heron's value_cost half of it: 1.0. rejax normalises
+# advantages, as heron does by default; separate actor and critic: heron's two towers.
+EQUAL_FLAGS = (
+    "--preset", "none", "--num-envs", "32", "--eval-every-n", str(EVAL_EVERY // (32 * 32)),
+    "--n-evals", str(EVAL_EPISODES), "--eval-temperatures", "0",
+    "--ppo.unroll-length", "32", "--ppo.batch-size", "256", "--ppo.num-epochs", "4",
+    "--ppo.learning-rate", "0.00025674088686342003", "--ppo.max-grad-norm", "1",
+    "--ppo.discount", "0.995", "--ppo.gae-lambda", "0.95", "--ppo.clip-range", "0.2",
+    "--ppo.entropy-cost", "0.01", "--ppo.value-cost", "1.0",
+    "--ppo.network.hidden-sizes", "64", "64", "--ppo.network.activation", "tanh",
+)  # fmt: skip
 
 
 @dataclass
@@ -144,9 +161,10 @@ def heron_eval_every(config: dict[str, Any]) -> int | None:
         return None
 
 
-def heron_once(args, budget: int, work: Path) -> tuple[Row, dict]:
-    """One ``heron train ppo`` run with the Breakout preset at ``budget`` steps."""
-    name = f"heron_{budget}"
+def heron_once(args, budget: int, work: Path, system: str = "heron") -> tuple[Row, dict]:
+    """One ``heron train ppo`` run at ``budget`` steps: with the Breakout preset
+    (``heron``) or with rejax's settings (``heron_equal``)."""
+    name = f"{system}_{budget}"
     run_dir = work / name
     if run_dir.exists():
         reset_dir(run_dir)
@@ -156,12 +174,14 @@ def heron_once(args, budget: int, work: Path) -> tuple[Row, dict]:
     argv = [
         str(args.heron), "train", "ppo", "--env", HERON_ENV, "--steps", str(budget),
         "--seed", str(args.seed), "--run-dir", str(run_dir),
+        *(EQUAL_FLAGS if system == "heron_equal" else ()),
     ]  # fmt: skip
     runs: dict[str, Any] = {}
-    record_run(runs, name, f"heron {budget:,} steps", measure(argv, args, budget, env))
+    label = f"{system} {budget:,} steps"
+    record_run(runs, name, label, measure(argv, args, budget, env))
     run = runs[name]
     run["compile_cache"] = args.heron_cache
-    row = Row("heron", budget, disturbed=other_load(run) > BUSY_WARNING)
+    row = Row(system, budget, disturbed=other_load(run) > BUSY_WARNING)
     if "error" in run:
         row.status, row.reason = "failed", run["error"]
         return row, run
@@ -248,16 +268,20 @@ def find(rows: list[Row], system: str, budget: int) -> Row | None:
 
 
 def compute_ratios(rows: list[Row], throughput_budget: int) -> dict[str, Any]:
-    """heron against rejax: steps/s, whole-process time and return per budget."""
+    """Each heron system against rejax: steps/s, whole-process time and return per budget."""
+    return {system: heron_ratios(rows, system, throughput_budget) for system in HERONS}
+
+
+def heron_ratios(rows: list[Row], system: str, throughput_budget: int) -> dict[str, Any]:
     rejax_rate = next((r.steps_per_s for r in rows if r.system == "rejax" and r.steps_per_s), None)
-    heron_at = find(rows, "heron", throughput_budget)
-    heron_rates = [r for r in rows if r.system == "heron" and r.steps_per_s]
+    heron_at = find(rows, system, throughput_budget)
+    heron_rates = [r for r in rows if r.system == system and r.steps_per_s]
     heron_rate_row = heron_at if heron_at and heron_at.steps_per_s else None
     if heron_rate_row is None and heron_rates:
         heron_rate_row = heron_rates[0]
     per_budget = {}
     for budget in sorted({r.budget for r in rows}):
-        heron, rejax = find(rows, "heron", budget), find(rows, "rejax", budget)
+        heron, rejax = find(rows, system, budget), find(rows, "rejax", budget)
         if heron is None or rejax is None:
             continue
         per_budget[str(budget)] = {
@@ -279,13 +303,17 @@ def compute_ratios(rows: list[Row], throughput_budget: int) -> dict[str, Any]:
     }
 
 
-def format_ratios(ratios: dict[str, Any]) -> str:
+def format_ratios(all_ratios: dict[str, Any]) -> str:
+    return "\n".join(format_system_ratios(system, all_ratios[system]) for system in HERONS)
+
+
+def format_system_ratios(system: str, ratios: dict[str, Any]) -> str:
     def show(value: float | None, spec: str = ".2f", suffix: str = "x") -> str:
         return "n/a" if value is None else format(value, spec) + suffix
 
     heron_budget = ratios["heron_steps_per_s_from_budget"]
     lines = [
-        "heron / rejax:",
+        f"{system} / rejax:",
         f"  steps/s after compile  {show(ratios['heron_over_rejax_steps_per_s'])}"
         f"  (higher is better; heron: its run at {fmt(heron_budget, ',')} steps, rejax: a"
         f" second call of its {ratios['rejax_steps_per_s_from_steps']:,}-step train)",
@@ -410,11 +438,11 @@ class Bench:
             except SetupError as exc:
                 log(f"  skipped: could not prepare its venv: {exc}")
                 self.skip("rejax", f"venv setup failed: {exc}")
-        if "heron" in self.args.systems:
-            heron = Path(self.args.heron)
-            if not (heron.is_file() and os.access(heron, os.X_OK)):
-                log(f"\n[heron] skipped: {heron} not found or not executable")
-                self.skip("heron", f"{heron} not found or not executable")
+        heron = Path(self.args.heron)
+        for system in HERONS:
+            if system in self.args.systems and not (heron.is_file() and os.access(heron, os.X_OK)):
+                log(f"\n[{system}] skipped: {heron} not found or not executable")
+                self.skip(system, f"{heron} not found or not executable")
 
     def skip(self, system: str, reason: str) -> None:
         self.args.systems = [s for s in self.args.systems if s != system]
@@ -444,9 +472,9 @@ class Bench:
             row.steps_per_s = payload.get("steps_per_s")
             row.disturbed = row.disturbed or other_load(runs["throughput"]) > BUSY_WARNING
 
-    def heron_budget(self, budget: int) -> None:
-        row, run = heron_once(self.args, budget, self.work)
-        self.records["heron"]["runs"][f"heron_{budget}"] = run
+    def heron_budget(self, budget: int, system: str) -> None:
+        row, run = heron_once(self.args, budget, self.work, system)
+        self.records[system]["runs"][f"{system}_{budget}"] = run
         self.rows.append(row)
 
     def run(self) -> None:
@@ -459,7 +487,7 @@ class Bench:
                     if i == 0:
                         self.rejax_throughput()
                 else:
-                    self.heron_budget(budget)
+                    self.heron_budget(budget, system)
                 self.write()
 
     def ordered_rows(self) -> list[Row]:
