@@ -33,7 +33,8 @@ import tyro
 USAGE = """usage: heron train ALGO [options] [--ALGO.FIELD VALUE ...]
        heron train [ALGO] --config FILE [options]   (TOML/YAML/JSON; a run's config.json)
        heron train --resume RUN_DIR [--steps N]
-       heron train world-model --dataset DATASET --env ID [--world-model.FIELD VALUE ...]
+       heron train ALGO --dataset DATASET [--env ID]   (default: the env the dataset records)
+       heron train world-model --dataset DATASET [--env ID] [--world-model.FIELD VALUE ...]
        heron eval RUN_DIR [--episodes N] [--temperature T] [--best] [--video OUT.gif]
        heron plot RUN_DIR [RUN_DIR ...] --out FILE.png [--temperatures T ...]
        heron collect RUN_DIR --episodes N --out DATASET [--temperature T] [--epsilon E]
@@ -233,6 +234,9 @@ def _parse_train(argv: list[str]):
     algo = rest[0] if rest and not rest[0].startswith("-") else None
     rest = rest[1:] if algo else rest
     agent_config, run = None, RunConfig()
+    dataset = _option_value(rest, "--dataset")
+    if dataset is not None and path is None and _option_value(rest, "--env") is None:
+        rest = [*rest, "--env", _dataset_env(dataset)]
     if path is not None:
         from heron import api
 
@@ -273,6 +277,20 @@ def _parse_train(argv: list[str]):
     )
     fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)}
     return algo, getattr(args, _agent_field(algo)), RunConfig(**{**fields, "preset": run.preset})
+
+
+def _dataset_env(dataset: str) -> str:
+    """The env ``--dataset`` trains for when no ``--env`` is given: the one it was
+    collected in, as the dataset records it."""
+    from heron.offline.dataset import recorded_env
+
+    env = recorded_env(dataset)
+    if env is None:
+        raise UsageError(
+            f"dataset {dataset!r} does not record the environment it was collected in "
+            "(heron collect writes it): give --env ID, the env to evaluate in"
+        )
+    return env
 
 
 def _option_value(argv: list[str], option: str) -> str | None:

@@ -112,7 +112,8 @@ class RunConfig:
     """Start from another run's parameters (its latest checkpoint): every parameter whose
     path and shape match is copied, the rest initialised afresh."""
     dataset: str | None = None
-    """Train offline from this Minari dataset directory; the env only evaluates."""
+    """Train offline from this Minari dataset directory; the env only evaluates (on the
+    command line, without --env: the env the dataset records it was collected in)."""
     updates_per_iteration: int | None = integer(None, 1, optional=True)
     """With a dataset: gradient updates per iteration, the unit of the eval and save
     schedules (default 1000); refused without one."""

@@ -329,6 +329,25 @@ def test_cli_refuses_bad_datasets_in_one_line(tmp_path, capsys):
     assert not (tmp_path / "r").exists()
 
 
+def test_cli_dataset_without_env_evaluates_in_the_env_it_records(tmp_path, capsys):
+    """``--dataset`` without ``--env``: the env ``heron collect`` recorded, not the default
+    CartPole; a dataset that records none is refused, naming --env; --env still wins."""
+    from heron.cli import _parse_train
+
+    write_pendulum(tmp_path / "recorded", heron_env=PENDULUM)
+    _, _, run = _parse_train(["crr", "--dataset", str(tmp_path / "recorded")])
+    assert (run.env, run.dataset) == (PENDULUM, str(tmp_path / "recorded"))
+    _, _, run = _parse_train(["crr", "--dataset", str(tmp_path / "recorded"), "--env=x:y"])
+    assert run.env == "x:y"
+    write_pendulum(tmp_path / "foreign")
+    assert main(["train", "crr", "--dataset", str(tmp_path / "foreign")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "does not record the environment it was collected in" in err
+    assert "give --env ID" in err and len(err.splitlines()) == 1
+    assert main(["train", "crr", "--dataset", str(tmp_path / "nope")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
 # --------------------------------------------------------------------------- collect and train
 
 TINY_CRR = CRRConfig(

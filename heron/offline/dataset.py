@@ -328,6 +328,30 @@ def content_hash(dataset: Dataset) -> str:
 _MISSING = re.compile(r"object '([^']+)' doesn't exist")
 
 
+def _check_is_dataset(path: pathlib.Path) -> None:
+    from minari.dataset.minari_storage import METADATA_FILE_NAME
+
+    if not path.is_dir():
+        raise DatasetError(f"dataset {str(path)!r} does not exist")
+    if not path.joinpath(METADATA_FILE_NAME).is_file():
+        raise DatasetError(f"{str(path)!r} is not a Minari dataset: it has no {METADATA_FILE_NAME}")
+
+
+def recorded_env(path: str | os.PathLike) -> str | None:
+    """The heron env id the dataset in ``path`` was collected in (``heron collect`` records
+    it as ``heron_env``), or None where the dataset does not say (another writer's).
+    DatasetError if ``path`` holds no readable dataset."""
+    from minari.dataset.minari_storage import MinariStorage
+
+    path = pathlib.Path(path)
+    _check_is_dataset(path)
+    try:
+        env = MinariStorage.read_raw_metadata(path).get("heron_env")
+    except (ValueError, OSError) as error:
+        raise DatasetError(f"dataset {str(path)!r} cannot be read: {error}") from error
+    return env if isinstance(env, str) and env else None
+
+
 def read_dataset(path: str | os.PathLike) -> Dataset:
     """Reads every episode of the Minari dataset in directory ``path`` (any storage format).
 
@@ -336,13 +360,10 @@ def read_dataset(path: str | os.PathLike) -> Dataset:
     DatasetError naming the problem: no dataset there, a missing field, inconsistent
     lengths, NaNs, no episodes.
     """
-    from minari.dataset.minari_storage import METADATA_FILE_NAME, MinariStorage
+    from minari.dataset.minari_storage import MinariStorage
 
     path = pathlib.Path(path)
-    if not path.is_dir():
-        raise DatasetError(f"dataset {str(path)!r} does not exist")
-    if not path.joinpath(METADATA_FILE_NAME).is_file():
-        raise DatasetError(f"{str(path)!r} is not a Minari dataset: it has no {METADATA_FILE_NAME}")
+    _check_is_dataset(path)
     try:
         metadata = MinariStorage.read_raw_metadata(path)
         if not metadata.get("total_episodes"):
