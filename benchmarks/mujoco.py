@@ -14,7 +14,11 @@ Every figure comes from a fresh subprocess; timings are printed and stored, neve
 the updates have begun, from ``metrics.jsonl``; then the same SAC learning alone, from a
 dataset collected by that run (``heron collect``, then ``heron train sac --dataset``):
 updates/s. Both runs are made twice, alternating, and the medians kept. Target: the
-first at least 90% of the second (the Gymnasium host loop is not the bottleneck).
+first at least 90% of the second (the Gymnasium host loop is not the bottleneck). Then, in
+one process so that a machine whose speed drifts slows both alike
+(``_host_interleaved.py``): SAC's time per update at one and at 50 updates per env step,
+timed alternately, on ``gymnax:Pendulum-v1`` (compiled: no host callback),
+``gym:Pendulum-v1`` and ``gym:HalfCheetah-v5``.
 
 ``equal``: on each of ``--envs``, for each seed, SB3 SAC and TD3 (torch CPU, one thread),
 SBX SAC and TD3 and heron SAC and TD3 with the rl-baselines3-zoo MuJoCo hyperparameters
@@ -149,11 +153,17 @@ def bench_host(args, work: Path) -> dict[str, Any]:
             return {"records": records, "error": "the offline run failed"}
         offline.append(rate_after(entries, 1_000))
     steps_per_s, updates_per_s = statistics.median(online), statistics.median(offline)
+    python = args.heron.parent / "python"
+    rounds = ["--rounds", "4" if args.quick else "8"]
+    # -P: the script's folder (which holds this mujoco.py) must not shadow the mujoco package
+    interleaved = [str(python), "-P", str(ROOT / "benchmarks" / "_host_interleaved.py"), *rounds]
+    alternating = record_run(records, "interleaved", "host interleaved", measure(interleaved, args))
     disturbed = any(other_load(r) > BUSY_WARNING for r in records.values())
     return {
         "env_steps_per_s": online,
         "updates_per_s_alone": offline,
         "ratio": steps_per_s / updates_per_s,
+        "interleaved": alternating,
         "target": HOST_TARGET,
         "disturbed": disturbed,
         "records": records,
@@ -166,11 +176,17 @@ def format_host(host: dict[str, Any]) -> str:
     online = ", ".join(f"{v:.0f}" for v in host["env_steps_per_s"])
     alone = ", ".join(f"{v:.0f}" for v in host["updates_per_s_alone"])
     mark = " (* other load during the runs)" if host["disturbed"] else ""
-    return (
-        "host loop, heron SAC on gym:HalfCheetah-v5, one env, one update per step:\n"
-        f"  env steps/s with updates: {online}; updates/s alone: {alone}\n"
-        f"  ratio {host['ratio']:.2f} (target >= {host['target']:.2f}){mark}"
-    )
+    lines = [
+        "host loop, heron SAC on gym:HalfCheetah-v5, one env, one update per step:",
+        f"  env steps/s with updates: {online}; updates/s alone: {alone}",
+        f"  ratio {host['ratio']:.2f} (target >= {host['target']:.2f}){mark}",
+    ]
+    if host.get("interleaved"):
+        lines.append("  in one process, alternately (min ms per update at 1 and at 50 per step):")
+        for row in host["interleaved"]["rows"]:
+            one, fifty = row["ms_per_update_at_1"]["min"], row["ms_per_update_at_50"]["min"]
+            lines.append(f"    {row['env']:<22} {one:6.2f} {fifty:6.2f}  ratio {row['ratio']:.2f}")
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- equal work
