@@ -1,7 +1,8 @@
 """Gymnasium vector environments behind heron's TimeStep protocol, callable from compiled
-code: ``reset`` and ``step`` reach the host environment through ``jax.experimental.
-io_callback``, so a training iteration with a Gymnasium env compiles whole like one with a
-JAX env (the host steps the environment when the compiled loop asks it to).
+code: ``reset`` and ``step`` reach the host environment through a host callback (``jax.
+experimental.buffer_callback``), so a training iteration with a Gymnasium env compiles
+whole like one with a JAX env (the host steps the environment when the compiled loop asks
+it to, and writes the step into the program's buffers).
 
 Gymnasium 1.x "next-step" auto-reset matches heron's convention exactly: the step that
 ends an episode returns its final observation (heron's LAST step), and the following
@@ -73,6 +74,8 @@ class GymEnv:
         )
         self._needs_reset = np.zeros(num_envs, bool)
         self._restart_seed: int | None = None
+        action = self.spec.action
+        self._action_bounds = None if action.is_discrete else action.bounds  # once, not per step
         n = num_envs
         self._timestep_shapes = TimeStep(
             step_type=jax.ShapeDtypeStruct((n,), jnp.int32),
@@ -152,11 +155,10 @@ class GymEnv:
     def _host_step(self, action) -> TimeStep:
         if self._restart_seed is not None:
             return self._host_reset(self._restart_seed)
-        action = np.asarray(action)
-        if self.spec.action.is_discrete:
+        if self._action_bounds is None:
             action = action.astype(np.int64)
         else:  # Gaussian samples may leave the bounds
-            action = np.clip(action, *self.spec.action.bounds)
+            action = np.clip(action, *self._action_bounds)
         obs, reward, terminated, truncated, _ = self._recorded("step", self._env.step, action)
         reset = self._needs_reset
         last = np.logical_or(terminated, truncated) & ~reset
