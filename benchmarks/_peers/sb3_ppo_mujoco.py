@@ -1,0 +1,100 @@
+"""Stable-Baselines3 PPO with rl-baselines3-zoo's MuJoCo settings, as the zoo runs it: the
+control for heron's PPO MuJoCo presets (same values; ``heron/presets/ppo.toml``).
+
+Runs inside ``benchmarks/.venvs/sb3`` (``mujoco.py`` makes it)::
+
+    benchmarks/.venvs/sb3/bin/python benchmarks/_peers/sb3_ppo_mujoco.py \\
+        --env Hopper-v5 --seed 0 --steps 300000
+
+One env under ``VecNormalize`` (observations and rewards, the reward's return discounted by
+the agent's gamma, as the zoo passes it); a greedy evaluation of ``--eval-episodes``
+episodes every ``--eval-every`` steps on a separate env with the training statistics and
+raw rewards. Prints one JSON line per evaluation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+import torch
+from stable_baselines3 import PPO
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.vec_env import VecNormalize
+
+# rl-baselines3-zoo hyperparams/ppo.yml (the Hopper-v3 and HalfCheetah-v3 entries);
+# policy_kwargs: log_std_init=-2, ortho_init=False, ReLU, pi and vf 256x256 for both.
+ZOO = {
+    "Hopper-v5": dict(
+        batch_size=32, n_steps=512, gamma=0.999, learning_rate=9.80828e-05,
+        ent_coef=0.00229519, clip_range=0.2, n_epochs=5, gae_lambda=0.99,
+        max_grad_norm=0.7, vf_coef=0.835671,
+    ),
+    "HalfCheetah-v5": dict(
+        batch_size=64, n_steps=512, gamma=0.98, learning_rate=2.0633e-05,
+        ent_coef=0.000401762, clip_range=0.1, n_epochs=20, gae_lambda=0.92,
+        max_grad_norm=0.8, vf_coef=0.58096,
+    ),
+}  # fmt: skip
+
+
+class GreedyEvaluation(BaseCallback):
+    def __init__(self, train_env, eval_env, every: int, episodes: int):
+        super().__init__()
+        self.train_env, self.eval_env = train_env, eval_env
+        self.every, self.episodes, self.next = every, episodes, every
+
+    def _on_step(self) -> bool:
+        if self.num_timesteps < self.next:
+            return True
+        self.next += self.every
+        self.eval_env.obs_rms = self.train_env.obs_rms
+        returns = []
+        for _ in range(self.episodes):
+            obs, done, total = self.eval_env.reset(), False, 0.0
+            while not done:
+                action, _ = self.model.predict(obs, deterministic=True)
+                obs, reward, dones, _ = self.eval_env.step(action)
+                total, done = total + float(reward[0]), bool(dones[0])
+            returns.append(total)
+        line = {"step": self.num_timesteps, "greedy": float(np.mean(returns)), "time": time.time()}
+        print(json.dumps(line), flush=True)
+        return True
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", choices=sorted(ZOO), default="Hopper-v5")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=1_000_000)
+    parser.add_argument("--eval-every", type=int, default=10_240)
+    parser.add_argument("--eval-episodes", type=int, default=5)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    hyper = ZOO[args.env]
+    gamma = hyper["gamma"]
+    train_env = VecNormalize(make_vec_env(args.env, n_envs=1, seed=args.seed), gamma=gamma)
+    eval_env = VecNormalize(
+        make_vec_env(args.env, n_envs=1, seed=args.seed + 1000),
+        training=False,
+        norm_reward=False,
+        gamma=gamma,
+    )
+    policy_kwargs = dict(
+        log_std_init=-2,
+        ortho_init=False,
+        activation_fn=torch.nn.ReLU,
+        net_arch=dict(pi=[256, 256], vf=[256, 256]),
+    )
+    model = PPO(
+        "MlpPolicy", train_env, seed=args.seed, device="cpu", policy_kwargs=policy_kwargs, **hyper
+    )
+    evaluation = GreedyEvaluation(train_env, eval_env, args.eval_every, args.eval_episodes)
+    model.learn(args.steps, callback=evaluation)
+
+
+if __name__ == "__main__":
+    main()
