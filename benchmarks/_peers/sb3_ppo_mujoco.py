@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
-import numpy as np
 import torch
+from sb3_ppo import GreedyEvalCallback
 from stable_baselines3 import PPO
-from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecNormalize
 
@@ -41,28 +39,18 @@ ZOO = {
 }  # fmt: skip
 
 
-class GreedyEvaluation(BaseCallback):
-    def __init__(self, train_env, eval_env, every: int, episodes: int):
-        super().__init__()
-        self.train_env, self.eval_env = train_env, eval_env
-        self.every, self.episodes, self.next = every, episodes, every
+class NormalizedGreedyEvaluation(GreedyEvalCallback):
+    """``sb3_ppo``'s greedy evaluation on an env that normalises observations with the
+    training env's latest statistics; prints each evaluation as a JSON line."""
 
-    def _on_step(self) -> bool:
-        if self.num_timesteps < self.next:
-            return True
-        self.next += self.every
+    def __init__(self, train_env, eval_env, every: int, episodes: int):
+        super().__init__(eval_env, every, episodes)
+        self.train_env = train_env
+
+    def _evaluate(self) -> None:
         self.eval_env.obs_rms = self.train_env.obs_rms
-        returns = []
-        for _ in range(self.episodes):
-            obs, done, total = self.eval_env.reset(), False, 0.0
-            while not done:
-                action, _ = self.model.predict(obs, deterministic=True)
-                obs, reward, dones, _ = self.eval_env.step(action)
-                total, done = total + float(reward[0]), bool(dones[0])
-            returns.append(total)
-        line = {"step": self.num_timesteps, "greedy": float(np.mean(returns)), "time": time.time()}
-        print(json.dumps(line), flush=True)
-        return True
+        super()._evaluate()
+        print(json.dumps(self.evals[-1]), flush=True)
 
 
 def main() -> None:
@@ -92,7 +80,9 @@ def main() -> None:
     model = PPO(
         "MlpPolicy", train_env, seed=args.seed, device="cpu", policy_kwargs=policy_kwargs, **hyper
     )
-    evaluation = GreedyEvaluation(train_env, eval_env, args.eval_every, args.eval_episodes)
+    evaluation = NormalizedGreedyEvaluation(
+        train_env, eval_env, args.eval_every, args.eval_episodes
+    )
     model.learn(args.steps, callback=evaluation)
 
 
