@@ -63,9 +63,9 @@ def test_unroll_equals_stepping_and_returns_the_states_before_each_step(core):
         state, out = net.step(params, state, xs[t], firsts[t])
         np.testing.assert_allclose(outs[t], out, rtol=1e-5, atol=1e-6)
         for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(states), strict=True):
-            np.testing.assert_allclose(b[t], a, rtol=1e-6, atol=1e-7)
+            np.testing.assert_allclose(b[t], a, rtol=1e-5, atol=1e-6)
     for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(final), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("core", ["lstm", "gru"])
@@ -92,7 +92,11 @@ def test_feed_forward_is_the_degenerate_case():
     xs, firsts = _inputs()
     final, outs, states = net.unroll(params, (), xs, firsts)
     assert final == () and states == ()
-    np.testing.assert_allclose(outs[2], net.step(params, (), xs[2], firsts[2])[1], rtol=1e-6)
+    # One step and the unroll multiply matrices of different shapes, so their sums may be
+    # blocked differently on another CPU: equal to float32 rounding, not bit for bit.
+    np.testing.assert_allclose(
+        outs[2], net.step(params, (), xs[2], firsts[2])[1], rtol=1e-5, atol=1e-6
+    )
 
 
 def test_steps_accept_any_leading_batch_shape():
