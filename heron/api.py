@@ -32,11 +32,11 @@ from heron.envs.gym_env import GymEnv
 from heron.envs.wrappers import ObservationPipeline
 from heron.offline import collect as collecting
 from heron.offline.dataset import check_writable, gym_spaces, write_dataset
+from heron.parallel import SEED_AXIS
 from heron.run_config import RunConfig
 from heron.training import checkpoints, driver, rundir, signals
 from heron.training.driver import Setup, TrainingError, seed_keys
 from heron.training.evaluation import make_evaluate, make_scoring
-from heron.training.program import SEED_AXIS
 from heron.training.signals import RunInterrupted
 
 OBSERVERS_NEED_STEPS = "observers see the steps a run collects; a run on a dataset collects none"

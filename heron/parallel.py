@@ -16,6 +16,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 DEVICE_AXIS = "devices"
+SEED_AXIS = "seeds"  # the vmapped axis of a run's independent seeds (heron.training.program)
 
 
 def device_mean(tree):
@@ -26,6 +27,17 @@ def device_mean(tree):
     except NameError:  # not inside a multi-device learner
         return tree
     return jax.lax.pmean(tree, DEVICE_AXIS)
+
+
+def same_for_all_seeds(x):
+    """``x``, a value every seed of the run holds alike (a count of updates: the seeds
+    update in lockstep), as one value for them all. A ``lax.cond`` on it then runs one
+    branch; on a per-seed value, ``vmap`` over the seeds would run both and select. ``x``
+    itself where no seeds are vmapped."""
+    try:
+        return jax.lax.pmax(x, SEED_AXIS)
+    except NameError:  # not inside the seeds' vmap
+        return x
 
 
 def masked_mean(x, mask):

@@ -142,7 +142,8 @@ def test_noise_of_std_zero_leaves_actions_and_wide_noise_lands_on_its_clip():
 
 
 def test_whatever_the_restart_transition_holds_reaches_no_loss(agent):
-    state = agent.init(jax.random.PRNGKey(0))
+    # After one update: this is the second, which steps the policy too (policy_delay 2).
+    state = agent.init(jax.random.PRNGKey(0))._replace(update_step=jnp.ones((), jnp.int32))
     batch, key = _sequences(), jax.random.PRNGKey(1)
     _, metrics = agent.update(state, batch, key)
     # The action at LAST step 2 was never executed; FIRST step 3's reward and discount
@@ -165,9 +166,19 @@ def test_the_policy_and_the_targets_move_at_every_policy_delay_th_update_only(ag
     """policy_delay 2: the critics step at updates 1-4, the policy (and its Adam moments) and
     both targets at updates 2 and 4 only, the targets by tau towards the new online ones."""
     state = agent.init(jax.random.PRNGKey(0))
+    networks = td3.networks(BOX, CONFIG)
     for k in range(1, 5):
-        new, _ = agent.update(state, _sequences(seed=k), jax.random.PRNGKey(k))
+        batch = _sequences(seed=k)
+        new, metrics = agent.update(state, batch, jax.random.PRNGKey(k))
         due = k % 2 == 0
+        # The policy's loss is computed at the delayed updates only, and counted twice
+        # there: its mean over whole periods is its mean where it is computed.
+        # Against the critics this update stepped (as SB3's TD3).
+        stepped = state._replace(critic_params=new.critic_params)
+        loss, _ = td3.policy_loss(
+            state.policy_params, networks, stepped, td3.inputs_of(networks, CONFIG, batch)
+        )
+        assert float(metrics["loss/policy"]) == pytest.approx(2 * float(loss) if due else 0.0)
         assert _changed(new.critic_params, state.critic_params), k
         assert _changed(new.critic_opt_state, state.critic_opt_state), k
         assert _changed(new.policy_params, state.policy_params) == due, k

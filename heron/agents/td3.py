@@ -13,12 +13,16 @@ transition t -> t+1 uses the reward and discount of step t+1, see ``heron/types.
   action space, so the noise scales with the Box); ``pi'`` and ``Q'_i`` are the
   Polyak-averaged target policy and critics;
 * policy: deterministic, ``pi(s) = tanh(head(s))`` in [-1, 1]^d scaled to the Box; its
-  loss is ``-Q_1(s_t, pi(s_t))``, the first critic's alone, the critics held fixed.
+  loss is ``-Q_1(s_t, pi(s_t))``, the first critic's alone, after the critics' step of the
+  same update (as SB3's), the critics held fixed.
 
 The critics take an Adam step at every update; the policy takes its own, and the target
 policy and critics move by ``tau`` towards the online ones, only every ``policy_delay``
 updates (after updates P, 2P, ...; SB3's ``_n_updates % policy_delay == 0``). The policy's
-gradient is computed at every update and applied at the delayed ones. A transition
+gradient is computed at the delayed updates only (a branch: the seeds of a run update in
+lockstep), and its metrics (``loss/policy``, ``td3/q_policy``, ``grad_norm/policy``) count
+P times there and 0 at the others, so their mean over whole periods is their mean where
+computed. A transition
 t -> t+1 where step t+1 is FIRST is the environment's reset: every loss term at t is masked
 out (``heron.ops.restart_mask``); losses are means over the unmasked transitions. A LAST
 step's discount is 0 where the episode terminated and 1 where it was truncated, so a
@@ -278,6 +282,32 @@ def make_td3(spec: EnvSpec, config: TD3Config, devices=None) -> Agent:
 
         return nets.evaluate_with(state.policy_params, timestep, carry, noisy)
 
+    def policy_step(state: TD3State, inputs: Sequences, rate):
+        """The delayed update, after the critics' step: the policy's Adam step against the
+        stepped critics, and the Polyak targets; with the policy's metrics."""
+        (policy_value, q_policy), policy_grads = jax.value_and_grad(policy_loss, has_aux=True)(
+            state.policy_params, nets, state, inputs
+        )
+        metrics = {"loss/policy": policy_value, "td3/q_policy": masked_mean(q_policy, inputs.mask)}
+        policy_grads, metrics = parallel.device_mean((policy_grads, metrics))
+        policy_params, policy_opt_state = policy_optimizer.step(
+            policy_grads, state.policy_opt_state, state.policy_params, rate
+        )
+        moved = state._replace(
+            policy_params=policy_params,
+            policy_opt_state=policy_opt_state,
+            target_policy_params=optax.incremental_update(
+                policy_params, state.target_policy_params, config.tau
+            ),
+            target_critic_params=optax.incremental_update(
+                state.critic_params, state.target_critic_params, config.tau
+            ),
+        )
+        metrics.update(
+            learning.gradient_metrics(config, {"policy": (policy_grads, state.policy_params)})
+        )
+        return moved, metrics
+
     def update(state: TD3State, batch: Experience, key):
         """One critic step on sequences [S, B]; every policy_delay-th update also a policy
         step and Polyak targets."""
@@ -288,56 +318,41 @@ def make_td3(spec: EnvSpec, config: TD3Config, devices=None) -> Agent:
         (critic_value, online_q), critic_grads = jax.value_and_grad(critic_loss, has_aux=True)(
             state.critic_params, nets, inputs, target
         )
-        (policy_value, q_policy), policy_grads = jax.value_and_grad(policy_loss, has_aux=True)(
-            state.policy_params, nets, state, inputs
-        )
         mask = inputs.mask
         metrics = {
             "loss/critic": critic_value,
-            "loss/policy": policy_value,
             "td3/q": masked_mean(jnp.mean(online_q, axis=0), mask),
-            "td3/q_policy": masked_mean(q_policy, mask),
             "td3/target": masked_mean(target, mask),
             "td3/next_q_gap": masked_mean(jnp.abs(next_q[0] - next_q[1]), mask),
         }
-        critic_grads, policy_grads, metrics = parallel.device_mean(
-            (critic_grads, policy_grads, metrics)
-        )
+        critic_grads, metrics = parallel.device_mean((critic_grads, metrics))
         critic_params, critic_opt_state = critic_optimizer.step(
             critic_grads, state.critic_opt_state, state.critic_params, rate
         )
-        step = state.update_step + 1
-        # The policy and its Adam moments move at the delayed updates only.
-        policy_params, policy_opt_state = optax.periodic_update(
-            policy_optimizer.step(policy_grads, state.policy_opt_state, state.policy_params, rate),
-            (state.policy_params, state.policy_opt_state),
-            step,
-            config.policy_delay,
-        )
-
-        def target_of(online, old):  # Polyak steps at the delayed updates
-            return learning.target_update(online, old, step, config.policy_delay, config.tau)
-
-        new_state = TD3State(
-            policy_params=policy_params,
-            critic_params=critic_params,
-            target_policy_params=target_of(policy_params, state.target_policy_params),
-            target_critic_params=target_of(critic_params, state.target_critic_params),
-            policy_opt_state=policy_opt_state,
-            critic_opt_state=critic_opt_state,
-            update_step=step,
-            controls=state.controls,
-        )
         metrics.update(
-            learning.gradient_metrics(
-                config,
-                {
-                    "critic": (critic_grads, state.critic_params),
-                    "policy": (policy_grads, state.policy_params),
-                },
-            )
+            learning.gradient_metrics(config, {"critic": (critic_grads, state.critic_params)})
         )
         metrics.update(hyper.metrics(state.update_step, state.controls))
+        step = state.update_step + 1
+        stepped = state._replace(
+            critic_params=critic_params, critic_opt_state=critic_opt_state, update_step=step
+        )
+
+        def delayed(state):
+            moved, policy_metrics = policy_step(state, inputs, rate)
+            # Counted policy_delay times at the delayed updates and not at the others, the
+            # policy's metrics average over whole periods to their mean at the updates
+            # that compute them.
+            return moved, jax.tree.map(lambda m: m * config.policy_delay, policy_metrics)
+
+        def not_yet(state):
+            shapes = jax.eval_shape(policy_step, state, inputs, rate)[1]
+            return state, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+        # The seeds update in lockstep: a branch, not a select of both.
+        due = parallel.same_for_all_seeds(step) % config.policy_delay == 0
+        new_state, policy_metrics = jax.lax.cond(due, delayed, not_yet, stepped)
+        metrics.update(policy_metrics)
         return new_state, metrics
 
     return Agent(

@@ -18,9 +18,9 @@ import jax
 import jax.numpy as jnp
 
 from heron.agents.base import Agent
+from heron.parallel import SEED_AXIS
 from heron.training.sources import Source
 
-SEED_AXIS = "seeds"  # the vmapped axis of independent runs
 _NO_LIMIT = 2**31 - 1
 
 
