@@ -214,10 +214,17 @@ class ActorCritic:
             start=start,
         )
 
-    def head_outputs(self, params, inputs: Sequences, name: str = "policy"):
-        """Head outputs [S, B] of a policy-shaped network (the policy, or SVG0's prior) from
-        its start state ``inputs.start[name]``."""
-        return self.policy.unroll(params, inputs.start[name], inputs.observation, inputs.first)[1]
+    def head_outputs(
+        self, params, inputs: Sequences, name: str = "policy", steps: slice = slice(None)
+    ):
+        """Head outputs [len(steps), B] of a policy-shaped network (the policy, or SVG0's
+        prior) at ``steps`` of the sequences (default all S): a recurrent network unrolls
+        from its start state ``inputs.start[name]`` and keeps those steps; a feed-forward
+        one reads only them."""
+        if not self.policy.recurrent:
+            return self.policy.step(params, (), inputs.observation[steps], inputs.first[steps])[1]
+        outputs = self.policy.unroll(params, inputs.start[name], inputs.observation, inputs.first)
+        return jax.tree.map(lambda x: x[steps], outputs[1])
 
     def critic_unroll(self, params, inputs: Sequences):
         """(Q at the taken actions [..., S, B], the critics' states before each step)."""

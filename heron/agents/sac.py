@@ -200,8 +200,20 @@ def q_at(networks: ActorCritic, params, states, inputs: Sequences, actions, step
 
 def policy_samples(networks: ActorCritic, policy_params, inputs: Sequences, key):
     """Reparameterised actions [S, B, d] of the policy at every step, and their
-    log-probabilities [S, B]."""
-    actions, log_probs = sample_with_log_prob(networks.head_outputs(policy_params, inputs), key, 1)
+    log-probabilities [S, B]. Only steps 0..T-1 (the policy loss's) carry a gradient: a
+    feed-forward policy reads the last step (the targets' alone) in a pass without one,
+    which spares a backward pass over a B-row slice of the batch."""
+    if networks.policy.recurrent:
+        outputs = networks.head_outputs(policy_params, inputs)
+    else:
+        outputs = jax.tree.map(
+            lambda with_grad, last: jnp.concatenate([with_grad, last]),
+            networks.head_outputs(policy_params, inputs, steps=slice(None, -1)),
+            networks.head_outputs(
+                jax.lax.stop_gradient(policy_params), inputs, steps=slice(-1, None)
+            ),
+        )
+    actions, log_probs = sample_with_log_prob(outputs, key, 1)
     return actions[0], log_probs[0]
 
 

@@ -203,9 +203,11 @@ def inputs_of(networks: ActorCritic, config: TD3Config, batch: Experience) -> Se
     return networks.sequences(batch, start)
 
 
-def policy_actions(networks: ActorCritic, policy_params, inputs: Sequences):
-    """The deterministic policy's actions [S, B, d] in [-1, 1] at every step."""
-    return jnp.tanh(networks.head_outputs(policy_params, inputs))
+def policy_actions(
+    networks: ActorCritic, policy_params, inputs: Sequences, steps: slice = slice(None)
+):
+    """The deterministic policy's actions [len(steps), B, d] in [-1, 1] at ``steps``."""
+    return jnp.tanh(networks.head_outputs(policy_params, inputs, steps=steps))
 
 
 def targets(
@@ -214,7 +216,7 @@ def targets(
     """(TD targets [T, B], target critics' Q [2, T, B]) at discount ``gamma``: the target
     critics at the target policy's actions at steps 1..T, smoothed by noise drawn from
     ``key``."""
-    next_actions = policy_actions(networks, state.target_policy_params, inputs)[1:]
+    next_actions = policy_actions(networks, state.target_policy_params, inputs, slice(1, None))
     next_actions = smoothed(next_actions, key, config.target_policy_noise, config.target_noise_clip)
     states = networks.critic_states(state.target_critic_params, inputs)
     next_q = q_at(
@@ -227,10 +229,11 @@ def targets(
 def policy_loss(policy_params, networks: ActorCritic, state: TD3State, inputs: Sequences):
     """Masked mean of ``-Q_1(s_t, pi(s_t))`` over steps 0..T-1 and, as aux, the first
     critic's Q there [T, B]."""
-    actions = policy_actions(networks, policy_params, inputs)
+    steps = slice(None, -1)
+    actions = policy_actions(networks, policy_params, inputs, steps)
     critic_params = jax.lax.stop_gradient(state.critic_params)
     states = networks.critic_states(critic_params, inputs)
-    q = q_at(networks, critic_params, states, inputs, actions[:-1], slice(None, -1))[0]
+    q = q_at(networks, critic_params, states, inputs, actions, steps)[0]
     return masked_mean(-q, inputs.mask), q
 
 
