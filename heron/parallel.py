@@ -35,9 +35,12 @@ def same_for_all_seeds(x):
     branch; on a per-seed value, ``vmap`` over the seeds would run both and select. ``x``
     itself where no seeds are vmapped."""
     try:
-        return jax.lax.pmax(x, SEED_AXIS)
+        jax.lax.axis_size(SEED_AXIS)
     except NameError:  # not inside the seeds' vmap
         return x
+    if x.dtype == jnp.bool_:
+        return jax.lax.pmax(x.astype(jnp.int32), SEED_AXIS) > 0
+    return jax.lax.pmax(x, SEED_AXIS)
 
 
 def masked_mean(x, mask):

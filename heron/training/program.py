@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from heron import parallel
 from heron.agents.base import Agent
 from heron.parallel import SEED_AXIS
 from heron.training.sources import Source
@@ -80,7 +81,7 @@ def learn_phase(agent: Agent, replay, agent_state, replay_state, key, limit: int
 
     def more(carry):
         _, replay_state, _, calls, _ = carry
-        return (calls < limit) & replay.can_sample(replay_state)
+        return parallel.same_for_all_seeds((calls < limit) & replay.can_sample(replay_state))
 
     def one(carry):
         agent_state, replay_state, key, calls, sums = carry
