@@ -30,10 +30,12 @@ def device_mean(tree):
 
 
 def same_for_all_seeds(x):
-    """``x``, a value every seed of the run holds alike (a count of updates: the seeds
-    update in lockstep), as one value for them all. A ``lax.cond`` on it then runs one
-    branch; on a per-seed value, ``vmap`` over the seeds would run both and select. ``x``
-    itself where no seeds are vmapped."""
+    """``x``, a value every seed of the run holds alike (a count of updates, whether the
+    replay can sample: the seeds collect and update in lockstep), as one value for them
+    all. A ``lax.cond`` on it then runs one branch, and a ``while_loop`` on it stays a
+    loop; on a per-seed value, ``vmap`` over the seeds would run both branches and select,
+    or select every carried array at every pass. ``x`` itself where no seeds are
+    vmapped."""
     try:
         jax.lax.axis_size(SEED_AXIS)
     except NameError:  # not inside the seeds' vmap
