@@ -84,6 +84,28 @@ def test_several_seeds_in_one_program(name, tmp_path):
     assert pairs == [(3, 0.0), (3, 1.0), (4, 0.0), (4, 1.0)]  # each seed at each temperature
 
 
+def test_the_seeds_of_one_program_follow_their_single_runs(tmp_path):
+    """The seeds of a program collect and update in lockstep, so the learn loop's condition
+    and TD3's delayed policy step are one for all of them (``parallel.same_for_all_seeds``:
+    branches, not selects). Each seed still follows its own single run, to float tolerance
+    (batched kernels round differently), through TD3's delayed and skipped policy steps."""
+    case = CASES["td3"]
+    config = dataclasses.replace(case.config, policy_delay=2)
+
+    def trained(seed, seeds, label):
+        run = _run(case.jax_env, seed=seed, seeds=seeds, steps=256)
+        api.train(api.build("td3", config, run), str(tmp_path / label))
+        return jax.device_get(api.load_run(str(tmp_path / label))[2].agent_state)
+
+    together = trained(3, 2, "together")
+    assert int(together.update_step[0]) > 4 * config.policy_delay
+    for k, seed in enumerate((3, 4)):
+        alone = trained(seed, 1, f"seed{seed}")
+        assert int(alone.update_step[0]) == int(together.update_step[k])
+        for a, b in zip(jax.tree.leaves(together), jax.tree.leaves(alone), strict=True):
+            np.testing.assert_allclose(a[k], b[0], rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_fresh_iterated_and_restored_states_have_the_same_types(name):
     """One iteration program whatever the state comes from: init, an iteration, or a
