@@ -79,16 +79,22 @@ def last_json_line(stdout: str) -> dict[str, Any] | None:
 
 
 def _cpu_times() -> tuple[int, int]:
-    """(busy, total) jiffies summed over all CPUs, from /proc/stat."""
+    """(busy, total) jiffies summed over the CPUs this process may run on, from /proc/stat:
+    a benchmark pinned to some cores (``taskset``) is disturbed only by load on those."""
+    cpus = {f"cpu{i}" for i in os.sched_getaffinity(0)}
+    busy = total = 0
     with open("/proc/stat") as stat:
-        fields = [int(x) for x in stat.readline().split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    total = sum(fields)
-    return total - idle, total
+        for line in stat:
+            name, *values = line.split()
+            if name in cpus:
+                fields = [int(x) for x in values]
+                idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+                busy, total = busy + sum(fields) - idle, total + sum(fields)
+    return busy, total
 
 
 def cpu_busy_fraction(interval_s: float = 0.5) -> float | None:
-    """Fraction of all CPUs busy over ``interval_s`` (None off Linux).
+    """Fraction of this process's CPUs busy over ``interval_s`` (None off Linux).
 
     Called while the benchmark itself is idle, so it measures other load on
     the machine that would disturb the timings.
@@ -105,9 +111,9 @@ def cpu_busy_fraction(interval_s: float = 0.5) -> float | None:
 class OtherLoad:
     """Measures the CPU share used by processes other than our children.
 
-    Busy time of the whole machine (/proc/stat) minus the CPU time of the
+    Busy time of this process's CPUs (/proc/stat) minus the CPU time of the
     children that finished in between (``resource.RUSAGE_CHILDREN``), as a
-    fraction of all CPUs over the interval. None off Linux.
+    fraction of this process's CPUs over the interval. None off Linux.
     """
 
     def __init__(self) -> None:

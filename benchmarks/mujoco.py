@@ -5,7 +5,8 @@ Usage (from the repository root)::
 
     .venv/bin/python benchmarks/mujoco.py [--sections host,equal] [--quick]
         [--envs HalfCheetah-v5,Hopper-v5] [--seeds 0,1,2] [--steps 300000]
-        [--at 100000,300000] [--out PATH] [--wait-idle S] [--timeout S]
+        [--at 100000,300000] [--out PATH] [--runs-dir DIR] [--reuse] [--wait-idle S]
+        [--timeout S]
 
 Every figure comes from a fresh subprocess; timings are printed and stored, never asserted.
 
@@ -37,7 +38,19 @@ sac/gym:HalfCheetah-v5,td3/gym:HalfCheetah-v5 --seeds 1``), as every preset is.
 
 The peer venvs (``benchmarks/.venvs/sb3``, ``.venvs/sbx``) are made on first use from
 ``_peers/sb3-requirements.txt`` and ``_peers/sbx-requirements.txt``. Results go to
-``--out`` (default ``benchmarks/results/mujoco.json``).
+``--out`` (default ``benchmarks/results/mujoco.json``); each finished equal-work run also
+goes to ``--runs-dir``, and ``--reuse`` reads the runs recorded there instead of running
+them again. The full table (3 seeds, 300k steps, two envs) is about 36 runs of 20-50 min
+here; it is made in two streams, each pinned to one core, which stay equal work (SB3 uses
+one thread; heron and SBX get one core each too), e.g.::
+
+    taskset -c 0 .venv/bin/python benchmarks/mujoco.py --sections equal --reuse \
+        --envs HalfCheetah-v5 --out benchmarks/results/mujoco_c0.json
+    taskset -c 1 .venv/bin/python benchmarks/mujoco.py --sections equal --reuse \
+        --envs Hopper-v5 --out benchmarks/results/mujoco_c1.json
+
+and once every run is recorded, ``--reuse`` with all envs prints the whole table. A run
+pinned to a core is flagged as disturbed by load on that core only.
 """
 
 from __future__ import annotations
@@ -45,6 +58,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shutil
 import statistics
 import sys
@@ -94,13 +108,20 @@ def heron_flags(run_dir: Path, seed: int) -> list[str]:
     ]  # fmt: skip
 
 
-def heron_train(args, name: str, argv: list[str]) -> tuple[dict | None, dict, list[dict]]:
-    """(final JSON line, the process record, metrics.jsonl's lines) of one heron run."""
+def heron_train(
+    args, name: str, argv: list[str], cold_cache: bool = False
+) -> tuple[dict | None, dict, list[dict]]:
+    """(final JSON line, the process record, metrics.jsonl's lines) of one heron run;
+    ``cold_cache``: with an empty compilation cache of its own (its whole-process time then
+    includes every compilation, as a first run's does)."""
     run_dir = Path(argv[argv.index("--run-dir") + 1])
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
+    cache = run_dir.with_name(run_dir.name + ".jax-cache")
+    for path in (run_dir, cache):
+        if path.exists():
+            shutil.rmtree(path)
+    env = {"HERON_COMPILE_CACHE": str(cache)} if cold_cache else None
     runs: dict[str, Any] = {}
-    payload = record_run(runs, name, name, measure(argv, args))
+    payload = record_run(runs, name, name, measure(argv, args, env=env))
     metrics = run_dir / "metrics.jsonl"
     return payload, runs[name], read_metrics(metrics) if metrics.exists() else []
 
@@ -200,7 +221,7 @@ def equal_heron(args, work: Path, algo: str, env: str, seed: int) -> dict[str, A
         *heron_flags(run_dir, seed),
         *EQUAL_FLAGS[algo],
     ]  # fmt: skip
-    payload, record, entries = heron_train(args, f"heron {algo} {env} s{seed}", argv)
+    payload, record, entries = heron_train(args, f"heron {algo} {env} s{seed}", argv, True)
     if payload is None:
         return {"record": record}
     curve = heron_curve(entries, 0.0)
@@ -254,17 +275,34 @@ def mean_se(values: list[float | None]) -> tuple[float | None, float | None]:
     return mean, se
 
 
+def equal_run(args, work: Path, system: str, algo: str, env: str, seed: int) -> dict[str, Any]:
+    """One equal-work run; with ``--reuse``, read from ``--runs-dir`` when a run with the same
+    system, algorithm, env, seed and steps finished there before. Every finished run is
+    written there (with the cores it was pinned to and the commit), so a table too long for
+    one sitting is completed over several, and two streams pinned to different cores
+    (``taskset -c 0 ...`` and ``taskset -c 1 ...`` with different ``--out``) share it."""
+    path = args.runs_dir / f"{system}_{algo}_{env}_s{seed}_{args.steps}.json"
+    if args.reuse and path.exists():
+        log(f"  {system} {algo} {env} s{seed}: recorded in {path}")
+        return json.loads(path.read_text())
+    if system == "heron":
+        run = equal_heron(args, work, algo, env, seed)
+    else:
+        run = equal_peer(args, system, algo, env, seed)
+    if run.get("curve"):
+        run["cores"] = sorted(os.sched_getaffinity(0))
+        run["git_commit"] = args.commit
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(run, indent=1))
+    return run
+
+
 def bench_equal(args, work: Path) -> list[dict[str, Any]]:
     rows = []
     for env in args.envs:
         for algo in ("sac", "td3"):
             for system in args.systems:
-                runs = []
-                for seed in args.seeds:
-                    if system == "heron":
-                        runs.append(equal_heron(args, work, algo, env, seed))
-                    else:
-                        runs.append(equal_peer(args, system, algo, env, seed))
+                runs = [equal_run(args, work, system, algo, env, seed) for seed in args.seeds]
                 row = {"env": env, "algo": algo, "system": system, "runs": runs}
                 row["steps_per_s"] = mean_se([r.get("steps_per_s") for r in runs])
                 row["whole_s"] = mean_se([r.get("whole_s") for r in runs])
@@ -337,6 +375,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--at", default="100000,300000", help="steps to report returns at")
     parser.add_argument("--heron", type=Path, default=ROOT / ".venv" / "bin" / "heron")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/mujoco.json")
+    parser.add_argument(
+        "--runs-dir",
+        type=Path,
+        default=ROOT / "benchmarks/results/mujoco_equal_runs",
+        help="where each finished equal-work run is recorded",
+    )
+    parser.add_argument(
+        "--reuse", action="store_true", help="read runs recorded in --runs-dir, not rerun them"
+    )
     parser.add_argument("--wait-idle", type=float, default=0.0)
     parser.add_argument("--timeout", type=float, default=6 * 3600.0, help="per process, s")
     args = parser.parse_args(argv)
@@ -356,9 +403,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
-    work = reset_dir(args.out.parent / "mujoco_runs")
+    work = reset_dir(args.out.parent / f"{args.out.stem}_runs")  # one per --out: streams
+    machine = machine_info()
+    args.commit = machine["git_commit"]
     results: dict[str, Any] = {"benchmark": "mujoco", "quick": args.quick,
-                               "machine": machine_info(), "args": {
+                               "machine": machine, "args": {
                                    k: str(v) if isinstance(v, Path) else v
                                    for k, v in vars(args).items()}}  # fmt: skip
     report = []
