@@ -94,8 +94,9 @@ class RunConfig:
     save_every_n: int = integer(100, 1)
     """Checkpoint every n iterations, once enough episodes ended; always at the end."""
     done_frac_for_policy_save: float = number(0.5, 0.0)
-    """Fraction of num_envs x seeds episodes that must terminate (Trax's "done"; truncated
-    episodes do not count) between two scheduled saves (Trax's rule)."""
+    """Fraction of num_envs x seeds episodes that must be done between two scheduled saves
+    (Trax's rule): ended by the environment, in a terminal state or at its own time limit
+    (which old gym reported as done), not cut by ``max_timestep`` (Trax's truncation)."""
     keep_checkpoints: int = integer(3, 1)
     """How many of the latest checkpoints to keep."""
     checkpoints: bool = True

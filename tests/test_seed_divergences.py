@@ -120,14 +120,24 @@ envs.register("Terminated-v0", lambda: (TerminatesEarly(), CountingParams()))
 
 
 @pytest.mark.parametrize(
-    "env, saves", [("heron:Truncated-v0", [8]), ("heron:Terminated-v0", [6, 7, 8])]
+    "env, max_timestep, saves",
+    [
+        ("heron:Truncated-v0", None, [6, 7, 8]),
+        ("heron:Truncated-v0", 2, [8]),
+        ("heron:Terminated-v0", 2, [6, 7, 8]),
+    ],
 )
-def test_the_save_rule_counts_terminated_episodes_only(tmp_path, env, saves):
-    """Trax's done_frac_for_policy_save waits for episodes that are done; truncated ones
-    (every episode of Truncated-v0) do not count, so only the final save happens."""
+def test_the_save_rule_counts_the_episodes_the_environment_ended(
+    tmp_path, env, max_timestep, saves
+):
+    """Trax's done_frac_for_policy_save waits for episodes that are done, not for those its
+    trainer cut at max_timestep. An episode ended by the environment's own time limit is done
+    (old gym's TimeLimit said so; a run on an env that never terminates, like HalfCheetah,
+    still saves on schedule); one cut by --max-timestep is not, so Truncated-v0 cut at 2
+    saves only at the end; Terminated-v0's episodes terminate at step 2 and count."""
     run = RunConfig(
         env=env, steps=8 * 64, num_envs=4, save_every_n=1, done_frac_for_policy_save=0.5,
-        n_evals=1, eval_every_n=100, keep_checkpoints=3,
+        n_evals=1, eval_every_n=100, keep_checkpoints=3, max_timestep=max_timestep,
     )  # fmt: skip
     config = PPOConfig(unroll_length=16, batch_size=16)
     api.train(api.build("ppo", config, run), str(tmp_path / "run"))

@@ -111,7 +111,7 @@ class Worker:
             spec.reward_scale,
         )
         agent = agents.make(spec.algo, pipeline.spec, spec.agent_config, jax.devices()[:1])
-        source = EnvSource(env, pipeline, agent.unroll_length)
+        source = EnvSource(env, pipeline, agent.unroll_length, spec.max_timestep)
         self._init = jax.jit(functools.partial(source.init, agent))
         self._collect = jax.jit(functools.partial(source.collect, agent))
         self._restart = jax.jit(functools.partial(source.restart, agent))

@@ -224,7 +224,7 @@ class _Loop:
         stats = self.episodes(state)
         self.logged = (stats.completed, stats.return_sum, stats.return_sq_sum)
         self.evaluated = self.logged
-        self.saved_terminated = int(np.sum(stats.terminated))
+        self.saved_done = int(np.sum(stats.done))
         self.best = max((float(np.mean(g)) for g in self.greedy_history), default=-math.inf)
         try:
             with self.stops:
@@ -472,13 +472,13 @@ class _Loop:
 
     def _maybe_save(self, iteration: int, state: TrainState, stats, last: bool) -> None:
         run = self.setup.run
-        # Trax's rule counts episodes that are done (terminated), not truncated ones.
-        terminated = int(np.sum(stats.terminated))
+        # Trax's rule counts the episodes that are done, not those cut by max_timestep.
+        done = int(np.sum(stats.done))
         episodes_needed = run.done_frac_for_policy_save * self.setup.source.num_envs * run.seeds
-        enough = terminated - self.saved_terminated >= episodes_needed
+        enough = done - self.saved_done >= episodes_needed
         if last or (iteration % run.save_every_n == 0 and enough):
             self._save(iteration, state)
-            self.saved_terminated = terminated
+            self.saved_done = done
 
     def _progress(self, steps: int) -> None:
         if self.train_time:

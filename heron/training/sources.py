@@ -40,7 +40,10 @@ class EpisodeStats(NamedTuple):
     completed: jax.Array  # int32: episodes completed so far (terminated or truncated)
     return_sum: jax.Array  # float32: sum of their returns
     return_sq_sum: jax.Array  # float32: sum of their squared returns
-    terminated: jax.Array  # int32: episodes that ended in a terminal state (Trax's "done")
+    # int32: episodes the environment ended, in a terminal state or at its own time limit
+    # (Trax's "done": old gym's TimeLimit reported done); not those cut by --max-timestep
+    # (Trax's truncation).
+    done: jax.Array
 
     @classmethod
     def zeros(cls, num_envs: int) -> EpisodeStats:
@@ -53,19 +56,23 @@ class EpisodeStats(NamedTuple):
             jnp.zeros((), jnp.int32),
         )
 
-    def update(self, timestep: TimeStep) -> EpisodeStats:
-        """Counts the raw step [B] (rewards before any scaling)."""
+    def update(self, timestep: TimeStep, cut_at: int | None = None) -> EpisodeStats:
+        """Counts the raw step [B] (rewards before any scaling); ``cut_at``: the run's
+        ``max_timestep``, whose truncations are not ``done``."""
         first, last = timestep.is_first(), timestep.is_last()
         episode_return = jnp.where(first, 0.0, self.episode_return + timestep.reward)
         episode_length = jnp.where(first, 0, self.episode_length + 1)
         ended = jnp.where(last, episode_return, 0.0)
+        done = last
+        if cut_at is not None:
+            done = last & ((timestep.discount == 0) | (episode_length < cut_at))
         return EpisodeStats(
             episode_return=episode_return,
             episode_length=episode_length,
             completed=self.completed + jnp.sum(last).astype(jnp.int32),
             return_sum=self.return_sum + jnp.sum(ended),
             return_sq_sum=self.return_sq_sum + jnp.sum(ended**2),
-            terminated=self.terminated + jnp.sum(last & (timestep.discount == 0)).astype(jnp.int32),
+            done=self.done + jnp.sum(done).astype(jnp.int32),
         )
 
 
@@ -174,11 +181,12 @@ class EnvSourceState(NamedTuple):
 class EnvSource(Source):
     """``num_envs`` environments stepped ``unroll_length`` times per iteration by the
     agent's ``act``; observations go through ``pipeline`` first (episode statistics are
-    taken before it, on the raw rewards)."""
+    taken before it, on the raw rewards). ``cut_at``: the run's ``max_timestep``."""
 
     env: Any
     pipeline: ObservationPipeline
     unroll_length: int
+    cut_at: int | None = None
 
     @property
     def num_envs(self) -> int:
@@ -208,7 +216,7 @@ class EnvSource(Source):
         """Episode statistics on the raw step, the step as the replay keeps it (with the
         action before it, ``previous_action``, for agents that ask), and the action taken on
         its normalised view."""
-        stats = stats.update(raw)
+        stats = stats.update(raw, self.cut_at)
         observations, recorded = self.pipeline.record(observations, raw, update_stats=True)
         timestep = self.pipeline.view(observations)(recorded)
         action, new_carry, extras = agent.act(agent_state, timestep, carry, key)
@@ -282,6 +290,8 @@ sources.register(
         "environments",
         lambda run: False,  # the source of a run that asks for no other
         lambda run: None,
-        lambda request: EnvSource(request.env, request.pipeline, request.agent.unroll_length),
+        lambda request: EnvSource(
+            request.env, request.pipeline, request.agent.unroll_length, request.run.max_timestep
+        ),
     )
 )
