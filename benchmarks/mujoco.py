@@ -86,6 +86,7 @@ PEERS = ROOT / "benchmarks" / "_peers"
 EVAL_EVERY = 10_000  # env steps between greedy evaluations
 EVAL_EPISODES = 5
 LEARNING_STARTS = 10_000  # the zoo's, for every MuJoCo env
+SAVE_EVERY = 10_000  # heron's checkpoints, in iterations (= env steps at one env)
 SAC_TARGETS = {"sb3": 1.8, "sbx": 1.2}  # heron SAC steps/s over theirs, at equal work
 HOST_TARGET = 0.9  # heron SAC steps/s at one env over its update rate alone
 # heron's flags for the zoo's settings (its defaults are SB3's otherwise).
@@ -100,11 +101,14 @@ EQUAL_FLAGS = {
 }  # fmt: skip
 
 
-def heron_flags(run_dir: Path, seed: int) -> list[str]:
-    """The run directory, seed and greedy evaluation of a heron run."""
+def heron_flags(run_dir: Path, seed: int, checkpoints: bool = True) -> list[str]:
+    """The run directory, seed, greedy evaluation and checkpoints of a heron run: every
+    ``SAVE_EVERY`` steps as its MuJoCo presets (the default, every 100 iterations, is every
+    100 steps at one env), or none."""
+    saves = ["--save-every-n", str(SAVE_EVERY)] if checkpoints else ["--no-checkpoints"]
     return [
         "--run-dir", str(run_dir), "--seed", str(seed), "--n-evals", str(EVAL_EPISODES),
-        "--eval-temperatures", "0",
+        "--eval-temperatures", "0", *saves,
     ]  # fmt: skip
 
 
@@ -167,7 +171,7 @@ def bench_host(args, work: Path) -> dict[str, Any]:
         argv = [
             str(args.heron), "train", "sac", "--env", "gym:HalfCheetah-v5", "--dataset",
             str(data), "--steps", str(steps), "--updates-per-iteration", "500",
-            "--eval-every-n", "1000", "--no-checkpoints", *heron_flags(off_dir, 0),
+            "--eval-every-n", "1000", *heron_flags(off_dir, 0, checkpoints=False),
         ]  # fmt: skip
         payload, records[f"offline_{attempt}"], entries = heron_train(args, "host alone", argv)
         if payload is None:
