@@ -132,12 +132,21 @@ def heron_train(
 
 def rate_after(entries: list[dict], start_step: int, key: str = "step") -> float | None:
     """Steps (or, offline, updates) per second between the first train line at or after
-    ``start_step`` and the last one, leaving out the time of evaluations between them."""
+    ``start_step`` and the last one, leaving out the time of the evaluations between them
+    (each from the train line of its step to its own line) but not the host's other work
+    (train lines, checkpoints): SB3's ``steps / (learn time - evaluation time)``."""
     train = [e for e in entries if e.get("kind") == "train" and e["step"] >= start_step]
     if len(train) < 2:
         return None
     first, last = train[0], train[-1]
-    return (last[key] - first[key]) / (last["wall_s"] - first["wall_s"])
+    line_at = {e["step"]: e["wall_s"] for e in train}
+    evaluations = {e["step"]: e["wall_s"] for e in entries if e.get("kind") == "eval"}
+    eval_s = sum(
+        wall - line_at[step]
+        for step, wall in evaluations.items()
+        if step in line_at and first["step"] <= step < last["step"]
+    )
+    return (last[key] - first[key]) / (last["wall_s"] - first["wall_s"] - eval_s)
 
 
 # --------------------------------------------------------------------------- host
@@ -231,7 +240,9 @@ def equal_heron(args, work: Path, algo: str, env: str, seed: int) -> dict[str, A
     curve = heron_curve(entries, 0.0)
     return {
         "record": record,
-        "steps_per_s": payload.get("steps_per_s_after_compile"),
+        # from its first train line (after compiling) on, evaluations left out, as SB3's
+        "steps_per_s": rate_after(entries, 0),
+        "steps_per_s_in_programs": payload.get("steps_per_s_after_compile"),
         "whole_s": record["wall_s"],
         "curve": [{"step": e["step"], "return_mean": e["return_mean"]} for e in curve],
     }
