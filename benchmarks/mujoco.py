@@ -40,9 +40,9 @@ The peer venvs (``benchmarks/.venvs/sb3``, ``.venvs/sbx``) are made on first use
 ``_peers/sb3-requirements.txt`` and ``_peers/sbx-requirements.txt``. Results go to
 ``--out`` (default ``benchmarks/results/mujoco.json``); each finished equal-work run also
 goes to ``--runs-dir``, and ``--reuse`` reads the runs recorded there instead of running
-them again. The full table (3 seeds, 300k steps, two envs) is about 36 runs of 20-50 min
-here; it is made in two streams, each pinned to one core, which stay equal work (SB3 uses
-one thread; heron and SBX get one core each too), e.g.::
+them again. The full table (3 seeds, 300k steps, two envs) is about 36 runs of 40-95 min
+here (SB3 SAC: 94 min); it is made in two streams, each pinned to one core, which stay
+equal work (SB3 uses one thread; heron and SBX get one core each too), e.g.::
 
     taskset -c 0 .venv/bin/python benchmarks/mujoco.py --sections equal --reuse \
         --envs HalfCheetah-v5 --out benchmarks/results/mujoco_c0.json
