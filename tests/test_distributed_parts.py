@@ -117,3 +117,28 @@ def test_plain_steps_enter_the_replay_as_one_add():
     reference = replay.add(state, steps)
     for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(reference), strict=True):
         assert (a == b).all()
+
+
+def test_actors_record_their_steps_with_the_learners_pipeline():
+    """The actors' processes build their pipeline from the learner's, every setting kept
+    (reward normalisation was left out once, and a run with --actors and
+    --normalize-rewards failed in its first iteration)."""
+    import dataclasses
+
+    from heron.agents import PPOConfig
+    from heron.api import build
+    from heron.run_config import RunConfig
+
+    run = RunConfig(
+        env="gymnax:Pendulum-v1",
+        actors=2,
+        num_envs=8,
+        normalize_observations=True,
+        normalize_rewards=True,
+        len_history_for_policy=2,
+    )
+    source = build("ppo", PPOConfig(discount=0.9), run).source
+    spec = source.pool.actors.spec
+    learner = source.pipeline
+    assert dataclasses.replace(spec.pipeline, env_spec=learner.env_spec) == learner
+    assert (spec.pipeline.normalize_rewards, spec.pipeline.discount) == (True, 0.9)

@@ -59,9 +59,7 @@ def make_source(request: Request):
         env_module=run.env_module,
         envs_per_actor=run.num_envs // run.actors,
         max_timestep=run.max_timestep,
-        normalize_observations=run.normalize_observations,
-        len_history_for_policy=run.len_history_for_policy,
-        reward_scale=run.reward_scale,
+        pipeline=pipeline,
         compile_cache=compile_cache or None,
         python_path=(os.getcwd(), *(path for path in sys.path if path)),
     )

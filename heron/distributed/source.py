@@ -300,7 +300,7 @@ class RaySource(Source):
         """The actors' observation (and return) statistics merged (the evaluation's)."""
         pipeline = state.actors.observations
         stats = merge_stats(pipeline.stats) if self.pipeline.normalize else ()
-        history = _joined(pipeline.history) if pipeline.history != () else ()
+        history = _joined(pipeline.history) if self.pipeline.history > 1 else ()
         returns = ()
         if self.pipeline.normalize_rewards:
             returns = ReturnStats(

@@ -31,9 +31,7 @@ class WorkerSpec:
     env_module: str | None
     envs_per_actor: int
     max_timestep: int | None
-    normalize_observations: bool
-    len_history_for_policy: int
-    reward_scale: float
+    pipeline: Any  # the learner's ObservationPipeline: its actors record steps as it does
     compile_cache: str | None  # the driver's JAX compilation cache directory, if any
     python_path: tuple[str, ...] = ()  # the driver's sys.path and directory: env modules
 
@@ -92,7 +90,6 @@ class Worker:
             jax.config.update("jax_compilation_cache_dir", spec.compile_cache)
             jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
         from heron import agents, envs
-        from heron.envs.wrappers import ObservationPipeline
         from heron.training.sources import EnvSource
 
         for path in reversed(spec.python_path):  # env modules import as in the driver
@@ -104,12 +101,7 @@ class Worker:
         callback_log.propagate = False  # the driver reports the failure in one line
         envs.import_env_module(spec.env_module)
         env = envs.make(spec.env, spec.envs_per_actor, spec.max_timestep)
-        pipeline = ObservationPipeline(
-            env.spec,
-            spec.normalize_observations,
-            spec.len_history_for_policy,
-            spec.reward_scale,
-        )
+        pipeline = dataclasses.replace(spec.pipeline, env_spec=env.spec)
         agent = agents.make(spec.algo, pipeline.spec, spec.agent_config, jax.devices()[:1])
         source = EnvSource(env, pipeline, agent.unroll_length, spec.max_timestep)
         self._init = jax.jit(functools.partial(source.init, agent))
