@@ -86,7 +86,7 @@ def _evaluation(agent: Agent, run: RunConfig, pipeline: ObservationPipeline, sou
     if not run.separate_eval:
         return None  # training episodes stand for the evaluation
     groups = len(run.eval_temperatures)
-    eval_env = envs.make(run.env, run.n_evals * groups, run.max_timestep_eval)
+    eval_env = envs.make(run.env, run.n_evals * groups, run.max_timestep_eval, envs.options_of(run))
     return make_evaluate(agent, eval_env, run.eval_temperatures, pipeline, SEED_AXIS)
 
 
@@ -123,9 +123,9 @@ def build(
     if observers and not kind.collects:
         raise ConfigError(OBSERVERS_NEED_STEPS)
     if kind.collects:
-        env = envs.make(run.env, run.num_envs, run.max_timestep)
+        env = envs.make(run.env, run.num_envs, run.max_timestep, envs.options_of(run))
     else:  # it only evaluates
-        env = envs.make(run.env, 1, run.max_timestep_eval)
+        env = envs.make(run.env, 1, run.max_timestep_eval, envs.options_of(run))
     _check_seeds(run, env)
     pipeline = ObservationPipeline(
         env.spec,
@@ -134,6 +134,7 @@ def build(
         run.reward_scale,
         normalize_rewards=run.normalize_rewards,
         discount=_return_discount(algo, agent_config, run),
+        clip_rewards=run.clip_rewards,
     )
     agent = agents.make(algo, pipeline.spec, agent_config, collects=kind.collects)
     if kind.collects and agent.act is None:
@@ -395,7 +396,7 @@ def check_has_policy(run_dir: str, what: str) -> None:
     before anything is restored."""
     algo, agent_config, run = load_config(run_dir)
     envs.import_env_module(run.env_module)
-    agent = agents.make(algo, envs.make(run.env, 1).spec, agent_config)
+    agent = agents.make(algo, envs.make(run.env, 1, None, envs.options_of(run)).spec, agent_config)
     if agent.policy is None:
         raise rundir.RunDirError(
             f"{run_dir!r} trained {algo}, a model without a policy: it has none to {what}; "
@@ -466,7 +467,7 @@ def collect(
     policy_step = collecting.make_policy_step(setup.agent, pipeline, temperature, epsilon)
     with signals.StopRequests() as stops:
         collected, returns = collecting.collect_episodes(
-            lambda n: envs.make(run.env, n, run.max_timestep),
+            lambda n: envs.make(run.env, n, run.max_timestep, envs.options_of(run)),
             setup.agent,
             pipeline,
             agent_state,

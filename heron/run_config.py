@@ -10,6 +10,7 @@ from typing import Literal
 
 from heron import sources
 from heron.configs import ConfigError, choice, integer, number, validate
+from heron.envs.families.ale import AtariConfig
 from heron.replay import REPLAYERS
 
 SYNC, ASYNC = "sync", "async"
@@ -84,6 +85,9 @@ class RunConfig:
     """Normalise observations by running mean and std (kept in checkpoints)."""
     reward_scale: float = number(1.0, 0.0, low_open=True)
     """Factor on the rewards the learner sees (returns are reported unscaled)."""
+    clip_rewards: bool = False
+    """The learner sees each reward's sign (-1, 0 or 1; SB3's ClipRewardEnv, the Atari
+    presets'); returns are reported unclipped."""
     normalize_rewards: bool = False
     """Divide the rewards the learner sees by the running standard deviation of the
     discounted return (at the agent's discount), clipped to +-10: SB3's
@@ -133,6 +137,8 @@ class RunConfig:
     a local Ray instance on 127.0.0.1 that the run starts and stops."""
     dist: DistConfig = dataclasses.field(default_factory=DistConfig)
     """With actors: the driver of the actors (--dist.driver, --dist.policy-lag, ...)."""
+    atari: AtariConfig = dataclasses.field(default_factory=AtariConfig)
+    """Options of ale: environments (--atari.noop-max, --atari.episodic-life, ...)."""
 
     def __post_init__(self):
         if not isinstance(self.env, str):  # an environment object, from Python
@@ -150,6 +156,15 @@ class RunConfig:
             )
         if self.run_dir is not None and not self.run_dir:
             raise ConfigError("run_dir must be a directory path, got an empty string")
+        if self.atari != AtariConfig() and not self.env.startswith("ale:"):
+            raise ConfigError(
+                f"atari.* options set up ale: environments; {self.env!r} is not one: remove them"
+            )
+        if self.clip_rewards and self.normalize_rewards:
+            raise ConfigError(
+                "clip_rewards and normalize_rewards both rescale the rewards the learner sees: "
+                "use one of them"
+            )
         if self.normalize_rewards and self.reward_scale != 1.0:
             raise ConfigError(
                 f"reward_scale={self.reward_scale:g} would be undone by normalize_rewards, "

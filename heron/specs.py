@@ -117,6 +117,24 @@ def observation_shape_from_space(space) -> tuple[int, ...]:
     )
 
 
+def is_image_space(space) -> bool:
+    """Whether observations of ``space`` are images: a uint8 Box with bounds 0 and 255 (SB3's
+    ``is_image_space``)."""
+    if not (hasattr(space, "low") and hasattr(space, "high") and hasattr(space, "dtype")):
+        return False
+    return (
+        np.dtype(space.dtype) == np.uint8
+        and bool(np.all(np.asarray(space.low) == 0))
+        and bool(np.all(np.asarray(space.high) == 255))
+    )
+
+
+def observation_dtype_from_space(space):
+    """The dtype heron keeps observations of ``space`` in: uint8 for images (a quarter of
+    float32's memory in replays; networks scale them to [0, 1]), float32 otherwise."""
+    return np.uint8 if is_image_space(space) else np.float32
+
+
 def observation_categories_from_space(space) -> int | None:
     """n of a Discrete(n) observation space (its values are the categories 0..n-1), else
     None."""

@@ -274,6 +274,84 @@ def test_the_conv_torso_refuses_what_it_cannot_read(shape, overrides, message):
         _conv(shape, **overrides)
 
 
+FRAMES = (84, 84, 4)  # Atari: four stacked 84x84 grey frames
+
+
+def _kernels(observation_shape, torso, hidden_sizes):
+    config = NetworkConfig(torso=torso, hidden_sizes=hidden_sizes, activation="relu")
+    net = make_network(config, DenseHead((3,), 1.0), observation_shape)
+    params = jax.eval_shape(net.init, jax.random.PRNGKey(0))
+    return _shapes(params)
+
+
+def test_nature_cnn_has_the_nature_dqns_layers():
+    torso = _kernels(FRAMES, "nature_cnn", (512,))["ConvTorso_0"]
+    assert [torso[f"Conv_{i}"]["kernel"] for i in range(3)] == [
+        (8, 8, 4, 32),
+        (4, 4, 32, 64),
+        (3, 3, 64, 64),
+    ]
+    assert torso["Torso_0"]["Dense_0"]["kernel"] == (7 * 7 * 64, 512)
+    count = sum(np.prod(shape) for shape in jax.tree.leaves(torso, is_leaf=_is_shape))
+    assert count == 1_684_128  # SB3's NatureCNN(features_dim=512) on the same frames
+
+
+def _is_shape(x):
+    return isinstance(x, tuple) and all(isinstance(d, int) for d in x)
+
+
+def test_impala_has_three_stacks_of_a_conv_a_pool_and_two_residual_blocks():
+    torso = _kernels((64, 64, 3), "impala", (256,))["ImpalaTorso_0"]  # Procgen's frames
+    convs = {name: layer["kernel"] for name, layer in torso.items() if name.startswith("Conv")}
+    assert list(convs.values()) == [(3, 3, 3, 16), (3, 3, 16, 32), (3, 3, 32, 32)]
+    blocks = [torso[f"ResidualBlock_{i}"] for i in range(6)]
+    channels = [16, 16, 32, 32, 32, 32]
+    for block, c in zip(blocks, channels, strict=True):
+        assert [block[f"Conv_{j}"]["kernel"] for j in range(2)] == [(3, 3, c, c)] * 2
+    # 64 -> 32 -> 16 -> 8 (each max-pool halves a side): CleanRL's 8 * 8 * 32 = 2048 features
+    assert torso["Torso_0"]["Dense_0"]["kernel"] == (2048, 256)
+    assert len(torso) == 3 + 6 + 1
+
+
+@pytest.mark.parametrize(
+    "torso, shape, overrides, message",
+    [
+        (
+            "nature_cnn",
+            FRAMES,
+            {"conv_channels": (8,)},
+            r"network.conv_channels sets the layers of network.torso conv; network.torso "
+            r"nature_cnn has its own",
+        ),
+        ("impala", FRAMES, {"conv_strides": (2,)}, r"network.conv_strides sets the layers"),
+        ("nature_cnn", IMAGE, {}, r"nature_cnn's layers .* leave no feature map of images"),
+        ("impala", (84, 84), {}, r"network.torso impala reads images \[H, W, C\]"),
+    ],
+)
+def test_the_named_image_torsos_refuse_what_they_would_ignore_or_cannot_read(
+    torso, shape, overrides, message
+):
+    config = NetworkConfig(torso=torso, **overrides)
+    with pytest.raises(ConfigError, match=message):
+        make_network(config, DenseHead((3,), 1.0), shape)
+
+
+@pytest.mark.parametrize("torso, shape", [("conv", IMAGE), ("mlp", (3, 3, 1))])
+def test_uint8_images_reach_the_torso_scaled_to_0_1(torso, shape):
+    """uint8 observations (images) stay bytes up to the network, which scales them: the same
+    output as float32 images divided by 255."""
+    config = NetworkConfig(torso=torso, hidden_sizes=(8,), activation="relu")
+    net = make_network(config, DenseHead((3,), 1.0), shape)
+    params = net.init(jax.random.PRNGKey(0))
+    pixels = jax.random.randint(jax.random.PRNGKey(1), (5, *shape), 0, 256).astype(jnp.uint8)
+    first = jnp.zeros(5, bool)
+    as_bytes = net.step(params, (), pixels, first)[1]
+    scaled = net.step(params, (), pixels.astype(jnp.float32) / 255.0, first)[1]
+    np.testing.assert_allclose(as_bytes, scaled, rtol=1e-6)
+    unscaled = net.step(params, (), pixels.astype(jnp.float32), first)[1]
+    assert not np.allclose(as_bytes, unscaled)
+
+
 def test_conv_fields_are_validated_under_the_agents_name():
     with pytest.raises(ConfigError, match=r"ppo.network.conv_channels must be one or more"):
         PPOConfig(network=NetworkConfig(conv_channels=()))

@@ -45,6 +45,7 @@ def make_source(request: Request):
     """The run's actors as a source (nothing starts until the run does)."""
     import jax
 
+    from heron import envs
     from heron.distributed.pool import ActorPool
     from heron.distributed.source import RaySource
     from heron.distributed.worker import WorkerSpec
@@ -59,6 +60,7 @@ def make_source(request: Request):
         env_module=run.env_module,
         envs_per_actor=run.num_envs // run.actors,
         max_timestep=run.max_timestep,
+        env_options=envs.options_of(run),
         pipeline=pipeline,
         compile_cache=compile_cache or None,
         python_path=(os.getcwd(), *(path for path in sys.path if path)),

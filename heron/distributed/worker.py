@@ -31,6 +31,7 @@ class WorkerSpec:
     env_module: str | None
     envs_per_actor: int
     max_timestep: int | None
+    env_options: Any  # the family's own options (heron.envs.options_of), or None
     pipeline: Any  # the learner's ObservationPipeline: its actors record steps as it does
     compile_cache: str | None  # the driver's JAX compilation cache directory, if any
     python_path: tuple[str, ...] = ()  # the driver's sys.path and directory: env modules
@@ -100,7 +101,7 @@ class Worker:
         callback_log.addHandler(self._errors)
         callback_log.propagate = False  # the driver reports the failure in one line
         envs.import_env_module(spec.env_module)
-        env = envs.make(spec.env, spec.envs_per_actor, spec.max_timestep)
+        env = envs.make(spec.env, spec.envs_per_actor, spec.max_timestep, spec.env_options)
         pipeline = dataclasses.replace(spec.pipeline, env_spec=env.spec)
         agent = agents.make(spec.algo, pipeline.spec, spec.agent_config, jax.devices()[:1])
         source = EnvSource(env, pipeline, agent.unroll_length, spec.max_timestep)

@@ -57,6 +57,9 @@ class Family:
     """Modules it needs that heron does not install by default (checked before ``find``)."""
     extra: str | None = None
     """The pip extra of heron that installs ``requires``: ``pip install "heron[<extra>]"``."""
+    options: str | None = None
+    """The RunConfig field holding the family's own options (ale: ``atari``), given to its
+    ``make`` as a fifth argument (None: the defaults); None where it has none."""
     downloads: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """Names whose construction downloads data, and what (for the line of a failed download)."""
 

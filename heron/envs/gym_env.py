@@ -32,6 +32,7 @@ from heron.specs import (
     EnvSpec,
     action_spec_from_space,
     observation_categories_from_space,
+    observation_dtype_from_space,
     observation_shape_from_space,
 )
 from heron.types import StepType, TimeStep
@@ -67,7 +68,7 @@ class GymEnv:
         obs_space = self._env.single_observation_space
         self.spec = EnvSpec(
             observation_shape=observation_shape_from_space(obs_space),
-            observation_dtype=np.float32,
+            observation_dtype=observation_dtype_from_space(obs_space),
             action=action_spec_from_space(self._env.single_action_space),
             max_episode_steps=max_episode_steps,
             observation_categories=observation_categories_from_space(obs_space),
@@ -81,7 +82,9 @@ class GymEnv:
             step_type=jax.ShapeDtypeStruct((n,), jnp.int32),
             reward=jax.ShapeDtypeStruct((n,), jnp.float32),
             discount=jax.ShapeDtypeStruct((n,), jnp.float32),
-            observation=jax.ShapeDtypeStruct((n,) + self.spec.observation_shape, jnp.float32),
+            observation=jax.ShapeDtypeStruct(
+                (n,) + self.spec.observation_shape, self.spec.observation_dtype
+            ),
         )
 
     def with_num_envs(self, num_envs: int) -> GymEnv:
@@ -142,15 +145,24 @@ class GymEnv:
 
     def _host_reset(self, seed) -> TimeStep:
         self._restart_seed = None
-        obs, _ = self._recorded("reset", self._env.reset, seed=int(seed))
+        obs, info = self._recorded("reset", self._env.reset, seed=int(seed))
+        self._reset_info(info)
         self._needs_reset = np.zeros(self.num_envs, bool)
         n = self.num_envs
         return TimeStep(
             step_type=np.full(n, StepType.FIRST, np.int32),
             reward=np.zeros(n, np.float32),
             discount=np.ones(n, np.float32),
-            observation=np.asarray(obs, np.float32),
+            observation=np.asarray(obs, self.spec.observation_dtype),
         )
+
+    def _reset_info(self, info) -> None:
+        """Reads what a subclass needs of the reset's ``info``."""
+
+    def _bootstrap_ends(self, info) -> np.ndarray | bool:
+        """Where a step that goes on with its episode still ends bootstrapping (discount 0):
+        a subclass's reading of the step's ``info`` (an Atari game's lost life)."""
+        return False
 
     def _host_step(self, action) -> TimeStep:
         if self._restart_seed is not None:
@@ -159,14 +171,15 @@ class GymEnv:
             action = action.astype(np.int64)
         else:  # Gaussian samples may leave the bounds
             action = np.clip(action, *self._action_bounds)
-        obs, reward, terminated, truncated, _ = self._recorded("step", self._env.step, action)
+        obs, reward, terminated, truncated, info = self._recorded("step", self._env.step, action)
         reset = self._needs_reset
         last = np.logical_or(terminated, truncated) & ~reset
         self._needs_reset = last
         step_type = np.where(reset, StepType.FIRST, np.where(last, StepType.LAST, StepType.MID))
+        cut = (np.asarray(terminated) | self._bootstrap_ends(info)) & ~reset
         return TimeStep(
             step_type=step_type.astype(np.int32),
             reward=np.where(reset, 0.0, reward).astype(np.float32),
-            discount=np.where(np.asarray(terminated) & ~reset, 0.0, 1.0).astype(np.float32),
-            observation=np.asarray(obs, np.float32),
+            discount=np.where(cut, 0.0, 1.0).astype(np.float32),
+            observation=np.asarray(obs, self.spec.observation_dtype),
         )

@@ -18,6 +18,7 @@ from heron.specs import (
     EnvSpec,
     action_spec_from_space,
     observation_categories_from_space,
+    observation_dtype_from_space,
     observation_shape_from_space,
 )
 from heron.types import StepType, TimeStep, first_step
@@ -49,7 +50,7 @@ class JaxEnv:
         observation_space = env.observation_space(params)
         self.spec = EnvSpec(
             observation_shape=observation_shape_from_space(observation_space),
-            observation_dtype=jnp.float32,
+            observation_dtype=observation_dtype_from_space(observation_space),
             action=action_spec_from_space(env.action_space(params)),
             max_episode_steps=max_episode_steps,
             observation_categories=observation_categories_from_space(observation_space),
@@ -62,7 +63,8 @@ class JaxEnv:
         return clone
 
     def _observation(self, obs):
-        return jnp.asarray(obs, jnp.float32).reshape(self.spec.observation_shape)
+        observation = jnp.asarray(obs, self.spec.observation_dtype)
+        return observation.reshape(self.spec.observation_shape)
 
     def _reset_one(self, key):
         with raised_in(self.name, "reset"):

@@ -73,13 +73,21 @@ def parse_env_id(env_id: str) -> tuple[str, str]:
     return family.prefix or CUSTOM, name
 
 
-def make(env_id: str, num_envs: int = 1, max_episode_steps: int | None = None):
-    """Creates ``num_envs`` environments of ``env_id``: a JaxEnv or a GymEnv."""
+def make(env_id: str, num_envs: int = 1, max_episode_steps: int | None = None, options=None):
+    """Creates ``num_envs`` environments of ``env_id``: a JaxEnv or a GymEnv. ``options``: the
+    family's own (``Family.options``; None: its defaults), ignored by families without."""
     if num_envs <= 0:
         raise ValueError(f"num_envs must be > 0, got {num_envs}")
     family, name = _found(env_id)
+    own = (options,) if family.options else ()
     with building(env_id, family.downloads.get(name, "data")):
-        return family.make(env_id, name, num_envs, max_episode_steps)
+        return family.make(env_id, name, num_envs, max_episode_steps, *own)
+
+
+def options_of(run) -> object | None:
+    """The options ``run`` (a RunConfig) gives its environment's family, if it takes any."""
+    family, _ = _found(run.env)
+    return getattr(run, family.options) if family.options else None
 
 
 def make_one(env_id: str):

@@ -3,10 +3,11 @@ over an explicit state (so it is compiled with the run and saved in its checkpoi
 
 ``ObservationPipeline`` stacks the last ``history`` observations (Trax's
 ``len_history_for_policy``; at an episode's FIRST step the history is filled with its first
-observation), scales rewards for the learner, normalises observations with running
-statistics, and may divide rewards by the running standard deviation of the discounted
-return (SB3's ``VecNormalize(norm_reward=True)``); the statistics are updated only from
-training steps (evaluation uses them frozen). Replays keep steps before normalisation; the
+observation), clips rewards to their sign (Atari's convention) and scales them for the
+learner, normalises observations with running statistics, and may divide rewards by the
+running standard deviation of the discounted return (SB3's
+``VecNormalize(norm_reward=True)``); the statistics are updated only from training steps
+(evaluation uses them frozen). Replays keep steps before normalisation; the
 latest statistics normalise them whenever they are used (as ALF's normalisers and SB3's
 off-policy buffers do). Episode returns are measured before any of it.
 """
@@ -18,6 +19,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from heron.specs import EnvSpec
 from heron.types import StepType, TimeStep
@@ -93,11 +95,12 @@ class ObservationPipeline:
     clip: float = 10.0
     normalize_rewards: bool = False
     discount: float = 0.99  # of the returns whose standard deviation divides the rewards
+    clip_rewards: bool = False  # the learner sees the rewards' signs
 
     @property
     def spec(self) -> EnvSpec:
         """The EnvSpec agents see: observations [history, *obs] when stacking; normalised
-        observations are no longer categories."""
+        observations are float32 and no longer categories."""
         shape = self.env_spec.observation_shape
         if self.history > 1:
             shape = (self.history,) + shape
@@ -105,16 +108,22 @@ class ObservationPipeline:
         return dataclasses.replace(
             self.env_spec,
             observation_shape=shape,
-            observation_dtype=jnp.float32,
+            observation_dtype=jnp.float32 if self.normalize else self.recorded_dtype,
             observation_categories=categories,
         )
+
+    @property
+    def recorded_dtype(self):
+        """The dtype of recorded observations: uint8 images stay uint8 (see specs.
+        observation_dtype_from_space); anything else is float32."""
+        return jnp.uint8 if np.dtype(self.env_spec.observation_dtype) == np.uint8 else jnp.float32
 
     def init(self, num_envs: int) -> PipelineState:
         shape = self.env_spec.observation_shape
         stats = RunningStats.zeros(shape) if self.normalize else ()
-        history = (
-            jnp.zeros((num_envs, self.history) + shape, jnp.float32) if self.history > 1 else ()
-        )
+        history = ()
+        if self.history > 1:
+            history = jnp.zeros((num_envs, self.history) + shape, self.recorded_dtype)
         returns = ()
         if self.normalize_rewards:
             returns = ReturnStats(jnp.zeros(num_envs, jnp.float32), RunningStats.zeros(()))
@@ -137,10 +146,10 @@ class ObservationPipeline:
         observation transforms to replayed experience. Under ``normalize_rewards`` each
         environment's discounted return of the raw rewards is accumulated (from 0 at its
         FIRST steps, which do not count) and its statistics updated (``update_stats``)."""
-        observation = jnp.asarray(timestep.observation, jnp.float32)
+        observation = jnp.asarray(timestep.observation, self.recorded_dtype)
         stats = state.stats
         if self.normalize and update_stats:
-            stats = stats.update(observation)
+            stats = stats.update(observation.astype(jnp.float32))
         first = timestep.step_type == StepType.FIRST
         history = state.history
         if self.history > 1:
@@ -154,8 +163,9 @@ class ObservationPipeline:
         if self.normalize_rewards and update_stats:
             running = jnp.where(first, 0.0, returns.returns * self.discount + raw_reward)
             returns = ReturnStats(running, returns.stats.update_where(running, ~first))
+        reward = jnp.sign(raw_reward) if self.clip_rewards else raw_reward
         return PipelineState(stats, history, returns), timestep._replace(
-            observation=observation, reward=raw_reward * self.reward_scale
+            observation=observation, reward=reward * self.reward_scale
         )
 
     def normalize_observation(self, stats, observation):

@@ -3,8 +3,11 @@ end in.
 
 MLP torsos come in two styles: ``mlp`` (CleanRL's: Dense + activation per layer, orthogonal
 initialisers) and ``layer_norm_mlp`` (Acme's LayerNormMLP: Dense -> LayerNorm -> tanh, then
-Dense + activation, Flax's default initialisers). ``conv`` reads images: conv layers, then
-the ``mlp`` torso on the flattened feature maps.
+Dense + activation, Flax's default initialisers). The image torsos read [H, W, C] images:
+``conv`` (conv layers of the config's sizes), ``nature_cnn`` (the DQN Nature paper's three
+layers, Mnih et al. 2015, as SB3's NatureCNN and CleanRL's Atari networks) and ``impala``
+(IMPALA's residual network, Espeholt et al. 2018: three stacks of conv, max-pool and two
+residual blocks), each followed by the ``mlp`` torso on the flattened feature maps.
 """
 
 from __future__ import annotations
@@ -19,7 +22,11 @@ import numpy as np
 from heron.specs import ActionSpec
 
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "elu": nn.elu, "gelu": nn.gelu}
-TORSOS = ("mlp", "layer_norm_mlp", "conv")
+IMAGE_TORSOS = ("conv", "nature_cnn", "impala")
+TORSOS = ("mlp", "layer_norm_mlp", *IMAGE_TORSOS)
+# (channels, kernel sizes, strides) of the Nature DQN's conv layers: 84x84 frames -> 7x7x64
+NATURE_CNN_LAYERS = ((32, 64, 64), (8, 4, 3), (4, 2, 1))
+IMPALA_CHANNELS = (16, 32, 32)  # of IMPALA's three stacks
 CORES = ("none", "lstm", "gru")
 LOG_STD_RANGE = (-5.0, 2.0)  # state-dependent log-stds are clipped to it
 
@@ -69,8 +76,7 @@ class ConvTorso(nn.Module):
     @nn.compact
     def __call__(self, image, extra=None):
         act = ACTIVATIONS[self.activation]
-        batch = image.shape[:-3]
-        x = image.reshape((-1, *image.shape[-3:]))  # [N, H, W, C]: one batch axis for nn.Conv
+        x, batch = _images(image)
         for features, kernel, stride in zip(
             self.channels, self.kernel_sizes, self.strides, strict=True
         ):
@@ -82,10 +88,55 @@ class ConvTorso(nn.Module):
                 kernel_init=nn.initializers.orthogonal(np.sqrt(2)),
             )
             x = act(conv(x))
-        x = x.reshape(batch + (-1,))
-        if extra is not None:
-            x = jnp.concatenate([x, extra], axis=-1)
-        return Torso(self.hidden_sizes, self.activation, "mlp")(x)
+        return _dense_on_features(x, batch, extra, self.hidden_sizes, self.activation)
+
+
+def _images(image):
+    """[..., H, W, C] -> ([N, H, W, C] with one batch axis, as nn.Conv takes them, the batch
+    shape [...])."""
+    return image.reshape((-1, *image.shape[-3:])), image.shape[:-3]
+
+
+def _dense_on_features(x, batch, extra, hidden_sizes, activation):
+    """Feature maps [N, ...] -> [..., hidden_sizes[-1]]: flattened per image, ``extra``
+    features beside them where given, then the ``mlp`` torso."""
+    x = x.reshape(batch + (-1,))
+    if extra is not None:
+        x = jnp.concatenate([x, extra], axis=-1)
+    return Torso(hidden_sizes, activation, "mlp")(x)
+
+
+class ResidualBlock(nn.Module):
+    """x + conv(relu(conv(relu(x)))), 3x3 convs keeping the shape (IMPALA's)."""
+
+    @nn.compact
+    def __call__(self, x):
+        channels = x.shape[-1]
+        y = nn.Conv(channels, (3, 3), padding="SAME")(nn.relu(x))
+        y = nn.Conv(channels, (3, 3), padding="SAME")(nn.relu(y))
+        return x + y
+
+
+class ImpalaTorso(nn.Module):
+    """Images [..., H, W, C] -> [..., hidden_sizes[-1]]: IMPALA's network (Espeholt et al.
+    2018, as CleanRL's and Procgen's baselines): per stack a 3x3 conv, a 3x3 max-pool of
+    stride 2 and two residual blocks; then ReLU and the ``mlp`` torso on the flattened
+    feature maps (``extra`` features beside them where given). Flax's default initialisers
+    in the convs, as CleanRL's JAX version."""
+
+    hidden_sizes: Sequence[int]
+    activation: str = "relu"
+    channels: Sequence[int] = IMPALA_CHANNELS
+
+    @nn.compact
+    def __call__(self, image, extra=None):
+        x, batch = _images(image)
+        for features in self.channels:
+            x = nn.Conv(features, (3, 3), padding="SAME")(x)
+            x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
+            x = ResidualBlock()(x)
+            x = ResidualBlock()(x)
+        return _dense_on_features(nn.relu(x), batch, extra, self.hidden_sizes, self.activation)
 
 
 def conv_output_shape(

@@ -8,8 +8,9 @@
 
 A network is torso -> optional LSTM/GRU core -> head. It reads observations as the
 environment gives them ([..., *observation_shape], any dtype): the torso decides how (the
-MLP torsos flatten them, the conv torso keeps images [H, W, C]), so an agent hands its
-networks observations untouched. A network made with ``extra_size`` reads pairs
+MLP torsos flatten them, the conv torsos keep images [H, W, C]; uint8 images are scaled to
+[0, 1] here, kept as bytes until then), so an agent hands its networks observations
+untouched. A network made with ``extra_size`` reads pairs
 ``(observation, extra [..., extra_size])``: the extra features (a critic's encoded action)
 join the observation's where the torso flattens them. The core's state resets to zeros
 wherever ``first`` is true (an episode starts there), in ``step`` and ``unroll`` alike;
@@ -35,9 +36,12 @@ from heron.configs import ConfigError, choice, integer, registered, sizes
 from heron.networks.modules import (
     ACTIVATIONS,
     CORES,
+    IMAGE_TORSOS,
+    NATURE_CNN_LAYERS,
     TORSOS,
     ConvTorso,
     Core,
+    ImpalaTorso,
     Torso,
     conv_output_shape,
     zero_core_state,
@@ -50,8 +54,9 @@ def register_body(name: str, factory: Callable) -> None:
     """Makes ``name`` a torso any agent can use (``network.torso``; Trax's
     policy_and_value_model): ``factory(config)`` returns a flax module [..., D] -> [..., F]
     on the flattened float32 observations (a critic's encoded action beside them; reshape
-    inside for images), followed by the config's core and the agent's head. Register it
-    again in every process that makes the network (to resume or evaluate a run)."""
+    inside for images; uint8 images arrive scaled to [0, 1]), followed by the config's core
+    and the agent's head. Register it again in every process that makes the network (to
+    resume or evaluate a run)."""
     if name in TORSOS:
         raise ValueError(f"{name!r} is a built-in torso; choose another name")
     BODIES[name] = factory
@@ -70,11 +75,14 @@ class NetworkConfig:
     activation: Literal["tanh", "relu", "elu", "gelu"] = choice("tanh", tuple(ACTIVATIONS))
     """Hidden activation (tanh, relu, elu, gelu)."""
     torso: str = registered("mlp", torso_names)
-    """mlp: Dense + activation (orthogonal init); layer_norm_mlp: Acme's LayerNormMLP; conv:
-    conv layers on image observations [H, W, C], then the mlp on their flattened outputs;
-    or the name of a body registered with heron.networks.register_body."""
+    """mlp: Dense + activation (orthogonal init); layer_norm_mlp: Acme's LayerNormMLP; on
+    image observations [H, W, C], then the mlp of hidden_sizes on their flattened feature
+    maps: conv (conv layers of the conv_* fields), nature_cnn (the Nature DQN's three conv
+    layers, for 84x84 frames), impala (IMPALA's residual network); or the name of a body
+    registered with heron.networks.register_body."""
     conv_channels: tuple[int, ...] = sizes((16,))
-    """Output channels of each conv layer (torso conv)."""
+    """Output channels of each conv layer (torso conv; nature_cnn and impala have their
+    own)."""
     conv_kernel_sizes: tuple[int, ...] = sizes((3,))
     """Square kernel side of each conv layer (torso conv)."""
     conv_strides: tuple[int, ...] = sizes((1,))
@@ -90,29 +98,57 @@ class NetworkConfig:
         return self.core != "none"
 
 
+CONV_FIELDS = ("conv_channels", "conv_kernel_sizes", "conv_strides")
+
+
+def conv_layers(config: NetworkConfig) -> tuple[tuple[int, ...], ...]:
+    """(channels, kernel sizes, strides) of the conv layers of torso conv or nature_cnn.
+    Raises ConfigError where the conv_* fields are set for a torso that would ignore them."""
+    if config.torso == "conv":
+        return tuple(getattr(config, field) for field in CONV_FIELDS)
+    default = NetworkConfig()
+    changed = [f for f in CONV_FIELDS if getattr(config, f) != getattr(default, f)]
+    if changed:
+        raise ConfigError(
+            f"network.{changed[0]} sets the layers of network.torso conv; network.torso "
+            f"{config.torso} has its own: remove it, or use network.torso conv"
+        )
+    return NATURE_CNN_LAYERS
+
+
 def image_shape(config: NetworkConfig, observation_shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The [H, W, C] images the conv torso reads from observations of ``observation_shape``:
+    """The [H, W, C] images an image torso reads from observations of ``observation_shape``:
     [H, W, C] as they are, [history, H, W, C] (``len_history_for_policy`` > 1) with the
-    history stacked into channels [H, W, history * C]. Raises ConfigError for other shapes
-    and for conv layers that leave no feature map. A 2-D observation stacked with history
-    ([history, H, W]) cannot be told from an image: give such images a channel axis."""
+    history stacked into channels [H, W, history * C]. Raises ConfigError for other shapes,
+    for conv layers that leave no feature map and for conv_* fields the torso would ignore.
+    A 2-D observation stacked with history ([history, H, W]) cannot be told from an image:
+    give such images a channel axis."""
     if len(observation_shape) not in (3, 4):
         raise ConfigError(
-            f"network.torso conv reads images [H, W, C] (or [history, H, W, C] with "
+            f"network.torso {config.torso} reads images [H, W, C] (or [history, H, W, C] with "
             f"len_history_for_policy > 1); these observations have shape "
             f"{tuple(observation_shape)}: use network.torso mlp"
         )
-    layers = (config.conv_channels, config.conv_kernel_sizes, config.conv_strides)
+    *history, height, width, depth = observation_shape
+    image = (height, width, math.prod(history) * depth)
+    if config.torso == "impala":
+        conv_layers(config)  # refuses conv_* fields
+        return image
+    layers = conv_layers(config)
     if len({len(sizes) for sizes in layers}) != 1:
         raise ConfigError(
             f"network.conv_channels {config.conv_channels}, network.conv_kernel_sizes "
             f"{config.conv_kernel_sizes} and network.conv_strides {config.conv_strides} must "
             "have one entry per conv layer (the same length)"
         )
-    *history, height, width, depth = observation_shape
-    image = (height, width, math.prod(history) * depth)
     out = conv_output_shape(image, *layers)
     if min(out) < 1:
+        if config.torso == "nature_cnn":
+            raise ConfigError(
+                f"network.torso nature_cnn's layers (8x8 stride 4, 4x4 stride 2, 3x3) leave "
+                f"no feature map of images {image}: it reads frames of 36x36 or more (Atari's "
+                "84x84); use network.torso conv or impala for small images"
+            )
         raise ConfigError(
             f"network.conv_kernel_sizes {config.conv_kernel_sizes} with network.conv_strides "
             f"{config.conv_strides} leave no feature map of images {image}: use smaller "
@@ -121,13 +157,21 @@ def image_shape(config: NetworkConfig, observation_shape: tuple[int, ...]) -> tu
     return image
 
 
+def as_float(observation):
+    """Observations as float32: uint8 images scaled to [0, 1] (their bytes are kept until here,
+    in the source and the replay), any other dtype cast."""
+    if observation.dtype == jnp.uint8:
+        return observation.astype(jnp.float32) / 255.0
+    return observation.astype(jnp.float32)
+
+
 def as_image(observation_shape: tuple[int, ...], observation):
-    """Observations [..., *observation_shape] -> float32 images [..., H, W, C], a history axis
-    [..., history, H, W, C] stacked into channels [..., H, W, history * C]."""
+    """Observations [..., *observation_shape] -> float32 images [..., H, W, C] (``as_float``),
+    a history axis [..., history, H, W, C] stacked into channels [..., H, W, history * C]."""
     if len(observation_shape) == 4:
         observation = jnp.moveaxis(observation, -4, -2)  # [..., H, W, history, C]
         observation = observation.reshape(observation.shape[:-2] + (-1,))
-    return observation.astype(jnp.float32)
+    return as_float(observation)
 
 
 class _Module(nn.Module):
@@ -139,10 +183,13 @@ class _Module(nn.Module):
     def __call__(self, state, x, first):
         config = self.config
         observation, extra = x if isinstance(x, tuple) else (x, None)
-        if config.torso == "conv":
+        if config.torso in IMAGE_TORSOS:
             image = as_image(self.observation_shape, observation)
-            layers = (config.conv_channels, config.conv_kernel_sizes, config.conv_strides)
-            x = ConvTorso(*layers, config.hidden_sizes, config.activation)(image, extra)
+            if config.torso == "impala":
+                torso = ImpalaTorso(config.hidden_sizes, config.activation)
+            else:
+                torso = ConvTorso(*conv_layers(config), config.hidden_sizes, config.activation)
+            x = torso(image, extra)
         else:
             x = flat_observation(self.observation_shape, observation)
             if extra is not None:
@@ -182,7 +229,7 @@ def make_network(
     if isinstance(observation_shape, int):
         observation_shape = (observation_shape,)
     observation_shape = tuple(observation_shape)
-    if config.torso == "conv":
+    if config.torso in IMAGE_TORSOS:
         image_shape(config, observation_shape)
     module = _Module(config, head, observation_shape)
 
@@ -242,6 +289,7 @@ def stack(networks: dict[str, Network]) -> Network:
 
 
 def flat_observation(observation_shape: tuple[int, ...], observation):
-    """Observations [..., *observation_shape] -> float32 [..., prod(observation_shape)]."""
+    """Observations [..., *observation_shape] -> float32 [..., prod(observation_shape)]
+    (``as_float``)."""
     batch = observation.shape[: observation.ndim - len(observation_shape)]
-    return observation.reshape(batch + (-1,)).astype(jnp.float32)
+    return as_float(observation.reshape(batch + (-1,)))
