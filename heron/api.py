@@ -145,7 +145,10 @@ def build(
         )
     agent, record = _initialised_from(agent, run.init_from)
     source = kind.make(sources.Request(algo, agent_config, agent, env, pipeline, run))
-    replay = agent.make_replay(source.lanes, source.replayer or run.replay, **source.replay_sizes)
+    frames = {"frame_history": pipeline.history} if pipeline.stacks_frames else {}
+    replay = agent.make_replay(
+        source.lanes, source.replayer or run.replay, **source.replay_sizes, **frames
+    )
     evaluate = _evaluation(agent, run, pipeline, source)
     return driver.make_setup(
         algo,

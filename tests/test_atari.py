@@ -164,3 +164,44 @@ def test_a_small_ppo_run_on_breakout_keeps_its_frames_as_uint8_to_the_network(tm
     # [seeds, envs, unroll + 1, history, 84, 84, 1]: one byte a pixel
     assert frames[0].shape[-4:] == (4, 84, 84, 1)
     assert frames[0].nbytes == np.prod(frames[0].shape)
+
+
+def _dqn_on_breakout(capacity):
+    from heron.agents import DQNConfig, NetworkConfig
+    from heron.agents.base import ReplayConfig
+
+    network = NetworkConfig(
+        torso="conv", conv_channels=(4,), conv_kernel_sizes=(8,), conv_strides=(4,),
+        hidden_sizes=(16,), activation="relu",
+    )  # fmt: skip
+    config = DQNConfig(network=network, replay=ReplayConfig(capacity=capacity))
+    return config, RunConfig(env=BREAKOUT, num_envs=2, len_history_for_policy=4)
+
+
+def test_dqns_replay_keeps_one_frame_a_step_of_the_four_it_stacks():
+    import jax
+
+    from heron.api import build
+    from heron.training.driver import seed_keys
+
+    config, run = _dqn_on_breakout(1000)
+    setup = build("dqn", config, run)
+    assert setup.replay.frame_history == 4
+    state = jax.eval_shape(setup.program().init, seed_keys(setup.seeds))
+    frames = state.replay_state.data.observation
+    assert frames.shape == (1, 2, 1000, 84, 84, 1) and frames.dtype == np.uint8
+
+
+def test_a_replay_that_cannot_fit_in_memory_is_refused_with_what_it_would_take():
+    import jax
+
+    from heron.api import build
+    from heron.training.driver import check_replay_fits
+
+    rings = jax.ShapeDtypeStruct((1, 1, 1_000_000, 4, 84, 84, 1), np.uint8)
+    with pytest.raises(ConfigError, match=r"would take 26.3 GiB and this machine has 20.0 GiB"):
+        check_replay_fits("dqn", {"observation": rings}, available=20 * 2**30)
+    check_replay_fits("dqn", {"observation": rings}, available=27 * 2**30)
+    config, run = _dqn_on_breakout(100_000_000)  # 2 x 100M frames: 1.3 TiB
+    with pytest.raises(ConfigError, match=r"lower dqn.replay.capacity"):
+        build("dqn", config, run)

@@ -420,3 +420,73 @@ def test_make_replay_unknown_name_lists_the_valid_ones():
     message = str(info.value)
     assert "'prioritized'" in message
     assert all(name in message for name in ("one_time", "uniform", "cycle_one_time"))
+
+
+def _stacked_experience(num_envs, num_steps, history, first_p, rng):
+    """Experience [num_envs, num_steps] whose frames are their step ids (env * ENV_STRIDE +
+    t), episodes starting where step_type is FIRST (always at t = 1), and observations
+    [history, 1] stacked by a plain loop as ObservationPipeline stacks them."""
+    ids = np.arange(num_envs)[:, None] * ENV_STRIDE + 1 + np.arange(num_steps)[None]
+    first = rng.random((num_envs, num_steps)) < first_p
+    first[:, 0] = True
+    step_type = np.where(first, StepType.FIRST, StepType.MID).astype(np.int32)
+    stacked = np.zeros((num_envs, num_steps, history, 1), np.int32)
+    for env in range(num_envs):
+        frames = []
+        for t in range(num_steps):
+            frames = [ids[env, t]] * history if first[env, t] else frames[1:] + [ids[env, t]]
+            stacked[env, t, :, 0] = frames
+    zeros = np.zeros((num_envs, num_steps), np.float32)
+    experience = Experience(
+        step_type=step_type, reward=ids.astype(np.float32), discount=zeros,
+        observation=stacked, action=ids,
+    )  # fmt: skip
+    return jax.tree.map(jnp.asarray, experience)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    capacity=st.sampled_from([6, 9]),
+    num_envs=st.sampled_from([1, 2]),
+    adds=st.lists(st.sampled_from([1, 3, 7]), min_size=1, max_size=5),
+    length=st.sampled_from([1, 2]),
+    history=st.sampled_from([2, 4]),
+    first_p=st.sampled_from([0.0, 0.3]),
+    seed=st.integers(0, 2**16),
+)
+def test_stacked_frames_are_kept_once_and_stacked_again_as_they_were_added(
+    capacity, num_envs, adds, length, history, first_p, seed
+):
+    """A replay of ``frame_history`` H keeps one frame per step (1/H of the memory) and
+    samples every step's stacked observation exactly as it was added, FIRST steps' fills
+    included; a sequence needs H - 1 live steps in front of it."""
+    rng = np.random.default_rng(seed)
+    experience = _stacked_experience(num_envs, sum(adds), history, first_p, rng)
+    replay = UniformReplay(num_envs, capacity, 32, length, frame_history=history)
+    if length + history - 1 > capacity:
+        return
+    state = replay.init(jax.tree.map(lambda x: x[:, 0], experience))
+    assert state.data.observation.shape == (num_envs, capacity, 1)  # one frame a step
+    written = 0
+    for num_steps in adds:
+        chunk = slice(written, written + num_steps)
+        state = replay.add(state, jax.tree.map(lambda x, c=chunk: x[:, c], experience))
+        written += num_steps
+    kept = min(written, capacity)
+    window = length + history - 1
+    assert int(replay.num_valid_starts(state)) == num_envs * max(kept - window + 1, 0)
+    assert bool(replay.can_sample(state)) == (kept >= window)
+    if kept < window:
+        return
+    batch, _ = replay.sample(state, jax.random.key(seed))
+    ids = np.asarray(batch.action)  # [batch, length]: which steps were sampled
+    env, t = ids // ENV_STRIDE, ids % ENV_STRIDE - 1  # t: index into the experience
+    assert (t >= written - kept + history - 1).all()  # the context in front is live
+    expected = np.asarray(experience.observation)[env, t]
+    np.testing.assert_array_equal(np.asarray(batch.observation), expected)
+    np.testing.assert_array_equal(np.asarray(batch.step_type), experience.step_type[env, t])
+
+
+def test_a_stacked_replay_too_small_for_its_context_is_refused():
+    with pytest.raises(ReplayError, match=r"sequences of 3 steps \(and the 3 in front whose"):
+        UniformReplay(1, 5, 4, 3, frame_history=4)

@@ -118,6 +118,12 @@ class ObservationPipeline:
         observation_dtype_from_space); anything else is float32."""
         return jnp.uint8 if np.dtype(self.env_spec.observation_dtype) == np.uint8 else jnp.float32
 
+    @property
+    def stacks_frames(self) -> bool:
+        """Whether it stacks uint8 images, which a uniform replay keeps one frame a step of
+        (``UniformReplay.frame_history``)."""
+        return self.history > 1 and self.recorded_dtype == jnp.uint8
+
     def init(self, num_envs: int) -> PipelineState:
         shape = self.env_spec.observation_shape
         stats = RunningStats.zeros(shape) if self.normalize else ()

@@ -47,6 +47,7 @@ def make_replay(name: str, sizes: ReplaySizes) -> Replay:
             sequence_length=sizes.sequence_length,
             min_size=sizes.min_size,
             ratio=sizes.ratio,
+            frame_history=sizes.frame_history,
         )
     if sizes.num_envs % sizes.num_actors:
         raise ReplayError(

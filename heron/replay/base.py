@@ -67,6 +67,8 @@ class ReplaySizes:
       reached (the replay ratio); None serves without limit (a fixed dataset).
     num_actors, learn_queue_cap: ``cycle_one_time``'s actors (each owning num_envs /
       num_actors lanes) and the unrolls one sample takes.
+    frame_history: observations stacked from this many frames, of which ``uniform`` keeps
+      only the newest per step and stacks them again on sampling (1: kept as they come).
     """
 
     num_envs: int
@@ -78,6 +80,7 @@ class ReplaySizes:
     ratio: float | None = None
     num_actors: int = 1
     learn_queue_cap: int = 1
+    frame_history: int = 1
 
 
 def positive_int(name: str, value: Any) -> int:

@@ -169,8 +169,37 @@ def make_setup(
     keys = seed_keys(setup.seeds)
     if not program_cache.start_run(program, keys):
         state = jax.eval_shape(program.init, keys)
+        check_replay_fits(algo, state.replay_state)
         jax.eval_shape(program.iteration, state, np.int32(1))
     return setup
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this machine can still give (Linux's MemAvailable), None if unknown."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_replay_fits(algo: str, replay_state, available: int | None = None) -> None:
+    """Refuses, before anything is allocated, a replay larger than the memory available
+    (an Atari replay of 1M stacked frames would take 28 GB: the run would be killed while
+    filling it, or swap)."""
+    need = sum(
+        math.prod(leaf.shape) * leaf.dtype.itemsize for leaf in jax.tree.leaves(replay_state)
+    )
+    available = available_memory() if available is None else available
+    if available is not None and need > available:
+        raise ConfigError(
+            f"the replay would take {need / 2**30:.1f} GiB and this machine has "
+            f"{available / 2**30:.1f} GiB available: lower {algo}.replay.capacity (steps kept "
+            "per environment), num_envs or seeds"
+        )
 
 
 def seed_keys(seeds: list[int], stream: int | None = None):
