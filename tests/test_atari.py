@@ -205,3 +205,12 @@ def test_a_replay_that_cannot_fit_in_memory_is_refused_with_what_it_would_take()
     config, run = _dqn_on_breakout(100_000_000)  # 2 x 100M frames: 1.3 TiB
     with pytest.raises(ConfigError, match=r"lower dqn.replay.capacity"):
         build("dqn", config, run)
+
+
+def test_datasets_declare_image_observations_as_uint8():
+    from heron.offline.dataset import gym_spaces
+
+    observation_space, _ = gym_spaces(_frames_spec((84, 84, 1)))
+    assert observation_space == gymnasium.spaces.Box(0, 255, (84, 84, 1), np.uint8)
+    vectors = EnvSpec((3,), np.float32, action_spec_from_space(gymnasium.spaces.Discrete(2)))
+    assert gym_spaces(vectors)[0].dtype == np.float32

@@ -96,8 +96,14 @@ class Dataset:
 
 def gym_spaces(spec: EnvSpec) -> tuple[gymnasium.Space, gymnasium.Space]:
     """Gymnasium (observation, action) spaces describing what a heron env produces and takes:
-    float32 observations of the env's shape, and Discrete / MultiDiscrete / Box actions."""
-    observation_space = gymnasium.spaces.Box(-np.inf, np.inf, spec.observation_shape, np.float32)
+    observations of the env's shape (uint8 images in [0, 255], float32 otherwise), and
+    Discrete / MultiDiscrete / Box actions."""
+    if np.dtype(spec.observation_dtype) == np.uint8:
+        observation_space = gymnasium.spaces.Box(0, 255, spec.observation_shape, np.uint8)
+    else:
+        observation_space = gymnasium.spaces.Box(
+            -np.inf, np.inf, spec.observation_shape, np.float32
+        )
     action = spec.action
     if action.is_discrete and action.multi_control:
         action_space = gymnasium.spaces.MultiDiscrete([action.n_actions] * action.n_controls)
