@@ -177,7 +177,11 @@ print(api.train(api.build("ppo", CASES["ppo"].config, run), {run_dir!r})["params
 
 
 def _driver(run: RunConfig, run_dir, env=None, **popen):
-    settings = {f.name: getattr(run, f.name) for f in dataclasses.fields(run) if f.name != "dist"}
+    settings = {  # the sub-configs (dist, atari) stay at their defaults
+        f.name: getattr(run, f.name)
+        for f in dataclasses.fields(run)
+        if not dataclasses.is_dataclass(getattr(run, f.name))
+    }
     script = _DRIVER.format(tests=TESTS, run=settings, run_dir=str(run_dir))
     return subprocess.Popen([sys.executable, "-c", script], text=True, env=env, **popen)
 
