@@ -125,7 +125,7 @@ def main() -> None:
         state, _ = program.iteration(state, np.int32(1))  # compiles
         dqn = api.build(
             "dqn",
-            DQNConfig(network=NATURE, batch_size=32, replay=ReplayConfig(min_size=64, ratio=None,
+            DQNConfig(network=NATURE, batch_size=32, replay=ReplayConfig(min_size=64, ratio=0.25,
                                                                           capacity=2_000)),
             _run(env, num_envs),
         )  # fmt: skip
