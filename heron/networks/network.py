@@ -101,8 +101,9 @@ class NetworkConfig:
 CONV_FIELDS = ("conv_channels", "conv_kernel_sizes", "conv_strides")
 
 
-def conv_layers(config: NetworkConfig) -> tuple[tuple[int, ...], ...]:
-    """(channels, kernel sizes, strides) of the conv layers of torso conv or nature_cnn.
+def conv_layers(config: NetworkConfig) -> tuple[tuple[int, ...], ...] | None:
+    """(channels, kernel sizes, strides) of the conv layers of torso conv or nature_cnn (None
+    for impala, whose residual stacks are fixed).
     Raises ConfigError where the conv_* fields are set for a torso that would ignore them."""
     if config.torso == "conv":
         return tuple(getattr(config, field) for field in CONV_FIELDS)
@@ -113,7 +114,7 @@ def conv_layers(config: NetworkConfig) -> tuple[tuple[int, ...], ...]:
             f"network.{changed[0]} sets the layers of network.torso conv; network.torso "
             f"{config.torso} has its own: remove it, or use network.torso conv"
         )
-    return NATURE_CNN_LAYERS
+    return NATURE_CNN_LAYERS if config.torso == "nature_cnn" else None
 
 
 def image_shape(config: NetworkConfig, observation_shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -131,10 +132,9 @@ def image_shape(config: NetworkConfig, observation_shape: tuple[int, ...]) -> tu
         )
     *history, height, width, depth = observation_shape
     image = (height, width, math.prod(history) * depth)
-    if config.torso == "impala":
-        conv_layers(config)  # refuses conv_* fields
-        return image
     layers = conv_layers(config)
+    if layers is None:  # impala: its stacks keep any image's feature maps
+        return image
     if len({len(sizes) for sizes in layers}) != 1:
         raise ConfigError(
             f"network.conv_channels {config.conv_channels}, network.conv_kernel_sizes "
