@@ -23,7 +23,7 @@ def _every_preset():
 def test_every_shipped_preset_is_a_valid_config(algo, key):
     """Each entry names only existing fields, and its values pass the configs' checks."""
     offline = key.startswith(presets.OFFLINE)
-    env = key.removeprefix(presets.OFFLINE)
+    env = presets.env_of(key)
     config, run = presets.preset(algo, env, key, dataset="data" if offline else None)
     assert isinstance(config, agents.config_class(algo))
     assert run.preset == f"{algo}/{key}" and run.env == env

@@ -83,23 +83,42 @@ class JaxEnv:
         return state, first_step(obs, batch)
 
     def _step_one(self, state: JaxEnvState, action, key):
-        key_step, key_reset = jax.random.split(key)
         with raised_in(self.name, "step"):
             obs, env_state, reward, terminated, _ = self._env.step_env(
-                key_step, state.env_state, action, self._params
+                key, state.env_state, action, self._params
             )
-        obs = self._observation(obs)
-        terminated = jnp.asarray(terminated, bool)
+        return env_state, self._observation(obs), reward, jnp.asarray(terminated, bool)
+
+    def _reset_where_needed(self, needs_reset, keys, env_state, obs):
+        """(env_state, obs) with fresh episodes where ``needs_reset``. Only a batch with an
+        environment to reset computes resets: a physics reset can cost hundreds of steps
+        (Playground's CheetahRun settles for 200), and episodes that all end at the time
+        limit need them once an episode, not every step."""
+
+        def reset(_):
+            fresh_state, fresh_obs = jax.vmap(self._reset_one)(keys)
+            select = lambda on_reset, on_step: jax.tree.map(  # noqa: E731
+                lambda a, b: jnp.where(
+                    needs_reset.reshape(needs_reset.shape + (1,) * (a.ndim - 1)), a, b
+                ),
+                on_reset,
+                on_step,
+            )
+            return select(fresh_state, env_state), select(fresh_obs, obs)
+
+        return jax.lax.cond(needs_reset.any(), reset, lambda _: (env_state, obs), None)
+
+    def step(self, state: JaxEnvState, action, key) -> tuple[JaxEnvState, TimeStep]:
+        if not self.spec.action.is_discrete:  # Gaussian samples may leave the bounds
+            action = jnp.clip(action, *self.spec.action.bounds)
+        keys = jax.vmap(jax.random.split)(jax.random.split(key, self.num_envs))
+        env_state, obs, reward, terminated = jax.vmap(self._step_one)(state, action, keys[:, 0])
+        reset = state.needs_reset
+        env_state, obs = self._reset_where_needed(reset, keys[:, 1], env_state, obs)
         episode_step = state.episode_step + 1
         last = terminated | (episode_step >= self.spec.max_episode_steps)
-        reset_env_state, reset_obs = self._reset_one(key_reset)
-
-        reset = state.needs_reset
-        select = lambda on_reset, on_step: jax.tree.map(  # noqa: E731
-            lambda a, b: jnp.where(reset, a, b), on_reset, on_step
-        )
         new_state = JaxEnvState(
-            env_state=select(reset_env_state, env_state),
+            env_state=env_state,
             episode_step=jnp.where(reset, 0, episode_step),
             needs_reset=jnp.where(reset, False, last),
         )
@@ -109,12 +128,6 @@ class JaxEnv:
             ).astype(jnp.int32),
             reward=jnp.where(reset, 0.0, jnp.asarray(reward, jnp.float32)),
             discount=jnp.where(reset | ~terminated, 1.0, 0.0).astype(jnp.float32),
-            observation=select(reset_obs, obs),
+            observation=obs,
         )
         return new_state, timestep
-
-    def step(self, state: JaxEnvState, action, key) -> tuple[JaxEnvState, TimeStep]:
-        if not self.spec.action.is_discrete:  # Gaussian samples may leave the bounds
-            action = jnp.clip(action, *self.spec.action.bounds)
-        keys = jax.random.split(key, self.num_envs)
-        return jax.vmap(self._step_one)(state, action, keys)

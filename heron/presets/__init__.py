@@ -14,7 +14,10 @@ environment id and holds config.json's layout without ``algo``::
 the bare defaults; ``--preset ID2``: another environment's); any option given overrides it.
 From Python: ``agent_config, run = heron.presets.preset("svg0", "gymnax:Pendulum-v1")``.
 A table may also be keyed by the id without its source (``"Pendulum-v1"``) to serve
-every source of that environment.
+every source of that environment. A second preset for one environment, e.g. one sized for
+a CPU beside one sized for a GPU, is keyed ``<env id>@<variant>``
+(``"playground:CheetahRun@cpu"``) and used only when named: ``--preset
+playground:CheetahRun@cpu``.
 """
 
 from __future__ import annotations
@@ -46,6 +49,12 @@ def table(algo: str) -> dict:
 
 
 OFFLINE = "offline:"  # the prefix of presets for learning from a dataset
+VARIANT = "@"  # "<env id>@<variant>": another preset for the same environment
+
+
+def env_of(key: str) -> str:
+    """The environment id a preset key is for (without ``offline:`` and ``@<variant>``)."""
+    return key.removeprefix(OFFLINE).partition(VARIANT)[0]
 
 
 def find(algo: str, env_id: str, offline: bool = False) -> str | None:

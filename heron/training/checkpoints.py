@@ -146,7 +146,9 @@ class Checkpointer:
                 self._set_aside(step)
                 self._manager.reload()
             try:
-                self._manager.save(step, args=ocp.args.StandardSave(state), force=True)
+                self._manager.save(
+                    step, args=ocp.args.StandardSave(_without_empty(state)), force=True
+                )
                 self._manager.wait_until_finished()
             except Exception as error:  # tensorstore reports OS errors as ValueError
                 self._remove_partial(step)
@@ -210,6 +212,23 @@ def latest_step(run_dir: str, kind: str = LATEST) -> int | None:
     """The newest checkpoint step of ``run_dir`` (readable or not), or None."""
     steps = all_steps(run_dir, kind)
     return steps[-1] if steps else None
+
+
+def _without_empty(tree):
+    """``tree`` with None for its arrays of no elements (orbax refuses to save those; a
+    physics state holds some, e.g. MJX's actuator activations of a model without any)."""
+    return jax.tree.map(lambda leaf: None if leaf.size == 0 else leaf, tree)
+
+
+def _with_empty(restored, template):
+    """``restored`` (from ``_without_empty``) with ``template``'s empty arrays back."""
+
+    def refill(leaf, like):
+        if leaf is None and like is not None:
+            return jax.numpy.zeros(like.shape, like.dtype)
+        return leaf
+
+    return jax.tree.map(refill, restored, template, is_leaf=lambda leaf: leaf is None)
 
 
 def _one_line(error: BaseException) -> str:
@@ -340,7 +359,7 @@ def restore(run_dir: str, template, step: int | None = None, kind: str = LATEST)
             f"no checkpoint {step} in {folder!r}; it holds {', '.join(map(str, steps))}"
         )
     candidates = [step] if step is not None else sorted(steps, reverse=True)
-    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, template)
+    abstract = _without_empty(jax.tree.map(ocp.utils.to_shape_dtype_struct, template))
     skipped: list[tuple[int, str]] = []
     with _quiet_orbax():
         manager = _manager(run_dir, kind=kind)
@@ -356,7 +375,7 @@ def restore(run_dir: str, template, step: int | None = None, kind: str = LATEST)
                         f"checkpoint {bad} in {run_dir!r} is unreadable ({why}); "
                         f"restored checkpoint {candidate} instead"
                     )
-                return state, candidate
+                return _with_empty(state, template), candidate
         finally:
             manager.close()
     if step is not None:
