@@ -36,7 +36,8 @@ def test_physics_envs_are_jax_envs_with_actions_in_minus_1_to_1(env_id, observat
     assert env.spec.observation_shape == (observations,)
     assert env.spec.observation_dtype == jnp.float32
     assert not env.spec.action.is_discrete and env.spec.action.shape == (actions,)
-    assert [float(b) for b in np.ravel(env.spec.action.bounds)] == [-1.0] * actions + [1.0] * actions
+    low, high = env.spec.action.bounds
+    assert np.all(np.asarray(low) == -1.0) and np.all(np.asarray(high) == 1.0)
     assert env.spec.max_episode_steps == 1000  # Brax's training default; Playground's config
     assert envs.make(env_id, 1, max_episode_steps=7).spec.max_episode_steps == 7
     assert envs.is_builtin(env_id)

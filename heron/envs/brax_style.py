@@ -16,7 +16,6 @@ import jax.numpy as jnp
 from heron.envs.adapters import import_gymnax
 from heron.envs.errors import UnknownEnvError
 
-
 _gymnax = import_gymnax()
 
 
@@ -47,9 +46,7 @@ class BraxStyleEnvironment(_gymnax.environments.environment.Environment):
 
     @property
     def default_params(self):
-        return _gymnax.environments.environment.EnvParams(
-            max_steps_in_episode=self._episode_length
-        )
+        return _gymnax.environments.environment.EnvParams(max_steps_in_episode=self._episode_length)
 
     def reset_env(self, key, params):
         state = self._env.reset(key)
