@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from heron import parallel
 from heron.envs.errors import raised_in
 from heron.specs import (
     EnvSpec,
@@ -106,7 +107,8 @@ class JaxEnv:
             )
             return select(fresh_state, env_state), select(fresh_obs, obs)
 
-        return jax.lax.cond(needs_reset.any(), reset, lambda _: (env_state, obs), None)
+        any_reset = parallel.same_for_all_seeds(needs_reset.any())  # a branch, not a select
+        return jax.lax.cond(any_reset, reset, lambda _: (env_state, obs), None)
 
     def step(self, state: JaxEnvState, action, key) -> tuple[JaxEnvState, TimeStep]:
         if not self.spec.action.is_discrete:  # Gaussian samples may leave the bounds

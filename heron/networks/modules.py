@@ -21,7 +21,13 @@ import numpy as np
 
 from heron.specs import ActionSpec
 
-ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "elu": nn.elu, "gelu": nn.gelu}
+ACTIVATIONS = {
+    "tanh": nn.tanh,
+    "relu": nn.relu,
+    "elu": nn.elu,
+    "gelu": nn.gelu,
+    "swish": nn.swish,  # Brax's and MuJoCo Playground's networks
+}
 IMAGE_TORSOS = ("conv", "nature_cnn", "impala")
 TORSOS = ("mlp", "layer_norm_mlp", *IMAGE_TORSOS)
 # (channels, kernel sizes, strides) of the Nature DQN's conv layers: 84x84 frames -> 7x7x64

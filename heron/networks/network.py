@@ -72,8 +72,8 @@ class NetworkConfig:
 
     hidden_sizes: tuple[int, ...] = sizes((64, 64))
     """Hidden layer sizes of the torso."""
-    activation: Literal["tanh", "relu", "elu", "gelu"] = choice("tanh", tuple(ACTIVATIONS))
-    """Hidden activation (tanh, relu, elu, gelu)."""
+    activation: Literal["tanh", "relu", "elu", "gelu", "swish"] = choice("tanh", tuple(ACTIVATIONS))
+    """Hidden activation (tanh, relu, elu, gelu, swish)."""
     torso: str = registered("mlp", torso_names)
     """mlp: Dense + activation (orthogonal init); layer_norm_mlp: Acme's LayerNormMLP; on
     image observations [H, W, C], then the mlp of hidden_sizes on their flattened feature
