@@ -136,10 +136,11 @@ def number(
     low_open: bool = False,
     high_open: bool = False,
     optional: bool = False,
+    inf_is_off: bool = False,
 ):
     """A float field in the range (``optional``: None is allowed too). Infinite values are
-    refused unless the default is infinite (there, ``inf`` means "off")."""
-    allow_inf = isinstance(default, float) and math.isinf(default)
+    refused unless ``inf`` means "off" there (``inf_is_off``, or an infinite default)."""
+    allow_inf = inf_is_off or (isinstance(default, float) and math.isinf(default))
     limits = Range(low, high, low_open, high_open)
     return _field(default, _check_range(limits, False, optional, allow_inf))
 

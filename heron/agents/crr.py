@@ -104,7 +104,7 @@ class CRRConfig:
     """Target-policy samples whose distributions are averaged into the TD target."""
     target_update_period: int = integer(100, 1)
     """Updates between hard copies into the target networks (after updates 1, P + 1, ...)."""
-    max_grad_norm: float = number(40.0, 0.0, low_open=True)
+    max_grad_norm: float = number(40.0, 0.0, low_open=True, inf_is_off=True)
     """Global-norm gradient clipping; inf disables it."""
     optimizer: str = registered("adam", learning.optimizer_names)
     """Update direction: adam, or an optimiser registered with

@@ -83,7 +83,7 @@ class DQNConfig:
     (hard updates), small values with target_update_period 1 average (Polyak)."""
     huber_delta: float = number(1.0, 0.0, low_open=True)
     """Where the Huber loss turns from quadratic to linear, > 0."""
-    max_grad_norm: float = number(10.0, 0.0, low_open=True)
+    max_grad_norm: float = number(10.0, 0.0, low_open=True, inf_is_off=True)
     """Global-norm gradient clipping; inf disables it."""
     optimizer: str = registered("adam", learning.optimizer_names)
     """Update direction: adam, or an optimiser registered with

@@ -91,7 +91,7 @@ class PPOConfig:
     """Weight of the entropy bonus, >= 0 (Trax's entropy_weight)."""
     normalize_advantages: bool = True
     """Normalise advantages to zero mean and unit std within each mini-batch."""
-    max_grad_norm: float = number(0.5, 0.0, low_open=True)
+    max_grad_norm: float = number(0.5, 0.0, low_open=True, inf_is_off=True)
     """Global-norm gradient clipping; inf disables it."""
     optimizer: str = registered("adam", learning.optimizer_names)
     """Update direction: adam, or an optimiser registered with

@@ -69,7 +69,7 @@ class WorldModelConfig:
     """Windows per update."""
     learning_rate: float | str = scheduled(1e-3, 0.0, low_open=True)
     """Adam step size (a number or a schedule over updates)."""
-    max_grad_norm: float = number(1.0, 0.0, low_open=True)
+    max_grad_norm: float = number(1.0, 0.0, low_open=True, inf_is_off=True)
     """Global-norm gradient clipping; inf disables it."""
     optimizer: str = registered("adam", learning.optimizer_names)
     """Update direction: adam, or an optimiser registered with
