@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  failed: {child.error}\n{child.stderr_tail}", flush=True)
         results[system] = {**child.to_json(), "whole_process_s": child.wall_s}
 
-    print(f"\n{args.env}, preset {preset}, {steps:,} steps, seed {args.seed}, on {jax.devices()[0]}")
+    device = jax.devices()[0]
+    print(f"\n{args.env}, preset {preset}, {steps:,} steps, seed {args.seed}, on {device}")
     print(f"{'system':8} {'steps/s':>10} {'whole s':>9} {'final':>9} {'best':>9}")
     for system, record in results.items():
         r = record["result"] or {}
@@ -120,10 +121,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     heron, brax = (results.get(s, {}).get("result") for s in ("heron", "brax"))
     if heron and brax:
-        print(
-            f"heron/brax: steps/s {heron['steps_per_s_after_compile'] / brax['steps_per_s_after_compile']:.2f}x, "
-            f"whole process {results['brax']['whole_process_s'] / results['heron']['whole_process_s']:.2f}x faster"
-        )
+        rate = heron["steps_per_s_after_compile"] / brax["steps_per_s_after_compile"]
+        whole = results["brax"]["whole_process_s"] / results["heron"]["whole_process_s"]
+        print(f"heron/brax: steps/s {rate:.2f}x, whole process {whole:.2f}x faster")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(
         json.dumps({"env": args.env, "preset": preset, "steps": steps, "runs": results}, indent=1)
