@@ -90,6 +90,15 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict] = {}
+    out = Path(args.out)
+    if out.exists():  # keeps the other systems' runs of the same work (--systems brax reruns one)
+        earlier = json.loads(out.read_text())
+        if (earlier.get("env"), earlier.get("preset"), earlier.get("steps")) == (
+            args.env,
+            preset,
+            steps,
+        ):
+            results.update(earlier["runs"])
     for system in args.systems.split(","):
         if system == "heron":
             run_dir = work / f"heron_{args.env.replace(':', '_')}_s{args.seed}"
@@ -124,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         rate = heron["steps_per_s_after_compile"] / brax["steps_per_s_after_compile"]
         whole = results["brax"]["whole_process_s"] / results["heron"]["whole_process_s"]
         print(f"heron/brax: steps/s {rate:.2f}x, whole process {whole:.2f}x faster")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
         json.dumps({"env": args.env, "preset": preset, "steps": steps, "runs": results}, indent=1)
     )
     return 0

@@ -22,15 +22,14 @@ def make_env(env_id: str):
     if source == "brax":
         from brax import envs
 
-        return envs.get_environment(name), 1000
+        return envs.get_environment(name), 1000, None
     if source == "playground":
-        from mujoco_playground import registry
+        from mujoco_playground import registry, wrapper
 
         config = registry.get_default_config(name)
         overrides = {"impl": "jax"} if jax.default_backend() != "gpu" else {}
-        return registry.load(name, config=config, config_overrides=overrides), int(
-            config.episode_length
-        )
+        env = registry.load(name, config=config, config_overrides=overrides)
+        return env, int(config.episode_length), wrapper.wrap_for_brax_training
     raise SystemExit(f"brax_ppo.py: unknown env {env_id!r}: brax:<name> or playground:<name>")
 
 
@@ -61,7 +60,7 @@ def main() -> None:
     from brax.training.agents.ppo import train as ppo
     from flax import linen
 
-    env, episode_length = make_env(args.env)
+    env, episode_length, wrap_env_fn = make_env(args.env)
     evals: list[dict] = []
 
     def progress(step, metrics):
@@ -81,6 +80,7 @@ def main() -> None:
     )
     ppo.train(
         environment=env,
+        wrap_env_fn=wrap_env_fn,  # Playground's own wrapper for Brax's trainer (None: Brax's)
         num_timesteps=args.steps,
         num_envs=args.num_envs,
         episode_length=episode_length,
