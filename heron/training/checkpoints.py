@@ -217,7 +217,7 @@ def latest_step(run_dir: str, kind: str = LATEST) -> int | None:
 def _without_empty(tree):
     """``tree`` with None for its arrays of no elements (orbax refuses to save those; a
     physics state holds some, e.g. MJX's actuator activations of a model without any)."""
-    return jax.tree.map(lambda leaf: None if leaf.size == 0 else leaf, tree)
+    return jax.tree.map(lambda leaf: None if getattr(leaf, "size", 1) == 0 else leaf, tree)
 
 
 def _with_empty(restored, template):
