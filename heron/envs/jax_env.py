@@ -133,3 +133,13 @@ class JaxEnv:
             observation=obs,
         )
         return new_state, timestep
+
+
+def batched(make_one):
+    """A family's ``make`` from its ``make_one`` that gives a gymnax ``(env, params)`` pair:
+    ``num_envs`` of its environments as one JaxEnv."""
+
+    def make(env_id: str, name: str, num_envs: int, max_episode_steps: int | None) -> JaxEnv:
+        return JaxEnv(*make_one(env_id, name), num_envs, max_episode_steps, env_id)
+
+    return make

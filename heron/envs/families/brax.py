@@ -6,7 +6,7 @@ from __future__ import annotations
 import warnings
 
 from heron.envs.family import Family, find_in
-from heron.envs.jax_env import JaxEnv
+from heron.envs.jax_env import batched
 
 EPISODE_LENGTH = 1000  # brax.training's default time limit; Brax's environments have none
 
@@ -28,15 +28,11 @@ def _make_one(env_id: str, name: str):
     return made, made.default_params
 
 
-def _make(env_id: str, name: str, num_envs: int, max_episode_steps: int | None) -> JaxEnv:
-    return JaxEnv(*_make_one(env_id, name), num_envs, max_episode_steps, env_id)
-
-
 FAMILY = Family(
     prefix="brax",
     form="'brax:<name>' (e.g. brax:ant)",
     find=find_in(_ids),
-    make=_make,
+    make=batched(_make_one),
     make_one=_make_one,
     jax_native=True,
     traced_libraries=("brax", "mujoco"),

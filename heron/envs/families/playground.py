@@ -7,7 +7,7 @@ a GPU; heron asks for ``impl="jax"`` where JAX has no GPU."""
 from __future__ import annotations
 
 from heron.envs.family import Family, find_in
-from heron.envs.jax_env import JaxEnv
+from heron.envs.jax_env import batched
 
 
 def _ids() -> list[str]:
@@ -31,15 +31,11 @@ def _make_one(env_id: str, name: str):
     return made, made.default_params
 
 
-def _make(env_id: str, name: str, num_envs: int, max_episode_steps: int | None) -> JaxEnv:
-    return JaxEnv(*_make_one(env_id, name), num_envs, max_episode_steps, env_id)
-
-
 FAMILY = Family(
     prefix="playground",
     form="'playground:<name>' (e.g. playground:CheetahRun)",
     find=find_in(_ids),
-    make=_make,
+    make=batched(_make_one),
     make_one=_make_one,
     jax_native=True,
     traced_libraries=("playground", "mujoco-mjx", "mujoco"),
