@@ -135,6 +135,25 @@ def test_breakouts_frames_are_uint8_and_a_lost_life_ends_bootstrapping_not_the_g
     whole.close()
 
 
+def _games_ended_by_noops(options, steps):
+    env = envs.make(BREAKOUT, 2, options=options)
+    env._host_reset(0)
+    ended = 0
+    for _ in range(steps):
+        ended += int((env._host_step(np.zeros(2, np.int64)).step_type == StepType.LAST).sum())
+    env.close()
+    return ended
+
+
+def test_the_action_after_a_lost_life_is_fire_so_a_policy_that_never_fires_ends_its_games():
+    """As SB3's FireResetEnv under its EpisodicLifeEnv: a greedy policy that never presses
+    FIRE must not stall a game of Breakout until its time limit. Playing only NOOP, both
+    games (five lives each) end within 200 steps (at 120 and 121 with seed 0); with FIRE only
+    at the game's start (episodic_life off) the ball is never served again."""
+    assert _games_ended_by_noops(AtariConfig(), 200) == 2
+    assert _games_ended_by_noops(AtariConfig(episodic_life=False), 200) == 0
+
+
 def test_a_small_ppo_run_on_breakout_keeps_its_frames_as_uint8_to_the_network(tmp_path):
     """A few hundred steps through the real ALE env: the frames stay bytes in the source,
     the replay and the checkpoint (a quarter of float32's memory)."""

@@ -164,11 +164,16 @@ class GymEnv:
         a subclass's reading of the step's ``info`` (an Atari game's lost life)."""
         return False
 
+    def _executed_actions(self, action: np.ndarray) -> np.ndarray:
+        """The discrete actions the environment is given for the agent's ``action``: the
+        same, unless a subclass plays some itself (an Atari game's FIRE after a lost life)."""
+        return action
+
     def _host_step(self, action) -> TimeStep:
         if self._restart_seed is not None:
             return self._host_reset(self._restart_seed)
         if self._action_bounds is None:
-            action = action.astype(np.int64)
+            action = self._executed_actions(action.astype(np.int64))
         else:  # Gaussian samples may leave the bounds
             action = np.clip(action, *self._action_bounds)
         obs, reward, terminated, truncated, info = self._recorded("step", self._env.step, action)

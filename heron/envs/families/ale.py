@@ -8,7 +8,10 @@ learner sees, so that returns are reported unclipped.
 
 With ``atari.episodic_life`` a lost life ends bootstrapping (the step's discount is 0, as
 SB3's ``EpisodicLifeEnv`` ends its episode there) while the game goes on: episodes are whole
-games, so training and evaluation returns are full games' scores.
+games, so training and evaluation returns are full games' scores. With ``atari.fire_reset``
+too, the action after a lost life is FIRE, whatever the agent chose (SB3's
+``FireResetEnv`` presses it in the reset that its ``EpisodicLifeEnv`` makes there): a greedy
+policy that never fires cannot stall a game of Breakout until its time limit.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ class AtariConfig:
     episodic_life: bool = True
     """A lost life ends bootstrapping (discount 0), not the episode (see the module)."""
     fire_reset: bool = True
-    """Press FIRE at each game's start, in games that have it."""
+    """Press FIRE at each game's start, in games that have it; with episodic_life, also
+    after each lost life (see the module)."""
     repeat_action_probability: float = number(0.25, 0.0, 1.0)
     """Sticky actions: the chance that the previous action repeats instead (v5: 0.25)."""
     max_episode_frames: int = integer(108_000, 1)
@@ -61,30 +65,41 @@ def _ids() -> list[str]:
 
 class AtariEnv(GymEnv):
     """A GymEnv of ale-py's vector env that turns lost lives into discounts of 0 (with
-    ``episodic_life``): each step's lives are compared with the step before's."""
+    ``episodic_life``; each step's lives are compared with the step before's) and, with
+    ``fire_reset`` too, plays FIRE as the action after a lost life."""
 
-    def __init__(self, make_vector_env, num_envs, name, max_episode_steps, episodic_life):
-        self._episodic_life = episodic_life
+    def __init__(self, make_vector_env, num_envs, name, max_episode_steps, options):
+        self._options = options
         self._lives = np.zeros(num_envs, np.int64)
+        self._fire_next = np.zeros(num_envs, bool)
         super().__init__(make_vector_env, num_envs, name, max_episode_steps)
+        from ale_py import Action
+
+        action_set = list(self._env.unwrapped.ale.get_action_set())
+        self._fire = action_set.index(Action.FIRE) if Action.FIRE in action_set else None
 
     def with_num_envs(self, num_envs: int) -> AtariEnv:
         return AtariEnv(
-            self._make_vector_env,
-            num_envs,
-            self.name,
-            self.spec.max_episode_steps,
-            self._episodic_life,
+            self._make_vector_env, num_envs, self.name, self.spec.max_episode_steps, self._options
         )
 
     def _reset_info(self, info) -> None:
         self._lives = np.asarray(info["lives"]).copy()
+        self._fire_next[:] = False
 
     def _bootstrap_ends(self, info) -> np.ndarray:
         lives = np.asarray(info["lives"])
         lost = lives < self._lives
         self._lives = lives.copy()
-        return lost & self._episodic_life
+        ends = lost & self._options.episodic_life
+        # a game's last life ends it: the next step is its reset, whatever the action
+        self._fire_next = ends & (lives > 0) & self._options.fire_reset
+        return ends
+
+    def _executed_actions(self, action: np.ndarray) -> np.ndarray:
+        if self._fire is None:
+            return action
+        return np.where(self._fire_next, self._fire, action)
 
 
 def _vector_env(game: str, options: AtariConfig, max_episode_steps: int | None):
@@ -127,7 +142,7 @@ def _make(env_id, name, num_envs, max_episode_steps, options: AtariConfig | None
     game = _registry_ids()[name]
     limit = max_episode_steps or options.max_episode_frames // options.frame_skip
     make_vector_env = _vector_env(game, options, max_episode_steps)
-    return AtariEnv(make_vector_env, num_envs, env_id, limit, options.episodic_life)
+    return AtariEnv(make_vector_env, num_envs, env_id, limit, options)
 
 
 def _make_one(env_id: str, name: str):
