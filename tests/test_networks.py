@@ -4,6 +4,7 @@ agent's, and a conv PPO and DQN iteration on MinAtar), and the distributions mod
 
 import dataclasses
 
+import flax.linen as nn
 import gymnasium
 import jax
 import jax.numpy as jnp
@@ -221,6 +222,43 @@ def test_the_conv_torso_reads_images_and_flattens_its_feature_maps_into_the_mlp(
     assert out.shape == (5, 2, 3)
     one = net.step(params, (), images[3, 1], jnp.zeros((), bool))[1]  # any batch shape
     np.testing.assert_allclose(one, out[3, 1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "shape, kernel, stride, padding",
+    [
+        ((2, 20, 20, 4), 8, 4, "VALID"),  # the Nature CNN's first layer, sides that divide
+        ((2, 11, 13, 3), 4, 3, "VALID"),  # a row and columns no output reads
+        ((2, 10, 10, 4), 3, 1, "VALID"),  # MinAtar's
+        ((2, 9, 9, 5), 3, 1, "SAME"),  # IMPALA's
+    ],
+)
+def test_the_torsos_convolutions_have_autodiffs_values_and_gradients(
+    shape, kernel, stride, padding
+):
+    """The torsos' convs compute their gradients as canonical convolutions (XLA:CPU's are
+    slow in a loop otherwise: heron/networks/modules.py); values and gradients are lax's,
+    inside a scan as outside."""
+    from heron.networks.modules import conv_layer
+
+    conv = conv_layer(6, kernel, stride, padding)
+    plain = nn.Conv(6, (kernel, kernel), (stride, stride), padding=padding)
+    x = jax.random.normal(jax.random.PRNGKey(0), (3, *shape))
+    params = plain.init(jax.random.PRNGKey(1), x[0])
+    assert jax.tree.map(jnp.shape, conv.init(jax.random.PRNGKey(1), x[0])) == jax.tree.map(
+        jnp.shape, params
+    )
+
+    def gradients(module):
+        loss = lambda params, x: jnp.sin(module.apply(params, x)).sum()  # noqa: E731
+        step = lambda carry, x: (carry, jax.grad(loss, (0, 1))(params, x))  # noqa: E731
+        return jax.jit(lambda x: jax.lax.scan(step, 0.0, x)[1])(x)
+
+    np.testing.assert_allclose(conv.apply(params, x[0]), plain.apply(params, x[0]), rtol=1e-5)
+    for ours, lax in zip(
+        jax.tree.leaves(gradients(conv)), jax.tree.leaves(gradients(plain)), strict=True
+    ):
+        np.testing.assert_allclose(ours, lax, rtol=1e-4, atol=1e-5)
 
 
 def test_the_conv_torso_stacks_a_history_into_channels():
