@@ -9,15 +9,20 @@ Usage (from the repository root)::
 
 - ``raw``: ``ale_py.vector_env.AtariVectorEnv`` as heron makes it (84x84 grey frames, frame
   skip 4, sticky actions 0.25), stepped with random actions from Python: env steps/s.
+- ``raw + policy``: the same vector env in a Python loop, each step's action chosen by the
+  same Nature CNN (jitted, 4 stacked uint8 frames, sampled from its logits): what a
+  hand-written host loop with this policy gets on this machine.
 - ``rollout``: heron's collection (``EnvSource.collect``, compiled, the env stepped through
   its host callback) by PPO's policy: the Nature CNN on 4 stacked frames choosing every
   action, the frames kept as uint8. Target: at least 0.8x ``raw`` at the same number of
-  envs. On a CPU the policy's forward pass is part of the step; on a GPU it is not.
+  envs. On a CPU the policy's forward pass is part of the step (``raw + policy`` shows what
+  that leaves); on a GPU it is not.
 - ``ppo update``: one iteration of heron's PPO (the CleanRL Atari settings: 128-step
   unrolls, 4 epochs of 4 mini-batches, one Nature CNN shared by policy and value) less its
   collection, per mini-batch update of ``num_envs * 128 / 4`` frames.
-- ``dqn update``: DQN's iterations (one step per env, then its updates: batches of 32,
-  Nature CNN, frames stacked again from the replay) per update.
+- ``dqn update``: DQN's iterations (one step per env, then its updates: the ``ale:`` DQN
+  preset's, batches of 32 with one-step targets, Nature CNN, frames stacked again from the
+  replay) per update.
 
 Timings are printed and stored, never asserted.
 """
@@ -25,6 +30,7 @@ Timings are printed and stored, never asserted.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -35,9 +41,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from heron import api
+from heron import api, presets
 from heron.agents import DQNConfig, NetworkConfig, PPOConfig
-from heron.agents.base import ReplayConfig
 from heron.envs.families.ale import AtariConfig
 from heron.run_config import RunConfig
 from heron.training.driver import seed_keys
@@ -49,16 +54,7 @@ UNROLL = 128
 
 def raw_rate(game: str, num_envs: int, steps: int) -> float:
     """ale-py's vector env alone, random actions: env steps/s."""
-    from ale_py.vector_env import AtariVectorEnv
-
-    options = AtariConfig()
-    env = AtariVectorEnv(
-        game=game,
-        num_envs=num_envs,
-        stack_num=1,
-        repeat_action_probability=options.repeat_action_probability,
-        reward_clipping=False,
-    )
+    env = atari_vector_env(game, num_envs, AtariConfig())
     env.reset(seed=0)
     rng = np.random.default_rng(0)
     actions = rng.integers(0, env.single_action_space.n, (steps, num_envs))
@@ -70,11 +66,61 @@ def raw_rate(game: str, num_envs: int, steps: int) -> float:
     return steps * num_envs / elapsed
 
 
+def raw_with_policy_rate(game: str, num_envs: int, steps: int) -> float:
+    """ale-py's vector env in a Python loop, acting by the Nature CNN: env steps/s."""
+    import jax.numpy as jnp
+
+    from heron.networks import DenseHead, make_network
+
+    options = AtariConfig()
+    env = atari_vector_env(game, num_envs, options)
+    n_actions = env.single_action_space.n
+    network = make_network(NATURE, DenseHead((n_actions,), 0.01), (4, 84, 84, 1))
+    params = network.init(jax.random.PRNGKey(0))
+    first = jnp.zeros((num_envs,), bool)
+
+    @jax.jit
+    def act(params, frames, t):
+        logits = network.step(params, (), frames, first)[1]
+        return jax.random.categorical(jax.random.fold_in(jax.random.PRNGKey(1), t), logits)
+
+    obs, _ = env.reset(seed=0)
+    history = np.repeat(obs.reshape(num_envs, 1, 84, 84, 1), 4, axis=1)
+    np.asarray(act(params, history, -1))  # compiles
+    start = time.perf_counter()
+    for t in range(steps):
+        obs, *_ = env.step(np.asarray(act(params, history, t)))
+        history = np.concatenate([history[:, 1:], obs.reshape(num_envs, 1, 84, 84, 1)], 1)
+    elapsed = time.perf_counter() - start
+    env.close()
+    return steps * num_envs / elapsed
+
+
+def atari_vector_env(game: str, num_envs: int, options):
+    from ale_py.vector_env import AtariVectorEnv
+
+    return AtariVectorEnv(
+        game=game,
+        num_envs=num_envs,
+        stack_num=1,
+        repeat_action_probability=options.repeat_action_probability,
+        reward_clipping=False,
+    )
+
+
 def _run(env: str, num_envs: int, **changes) -> RunConfig:
     return RunConfig(
         env=env, num_envs=num_envs, len_history_for_policy=4, clip_rewards=True,
         eval_every_n=10**6, **changes,
     )  # fmt: skip
+
+
+def dqn_config() -> DQNConfig:
+    """The ``ale:`` DQN preset's learner (CleanRL's: batches of 32, one-step targets, one
+    update every 4 env steps) with a replay small enough to fill at once."""
+    config, _ = presets.preset("dqn", "ale:Breakout-v5")
+    replay = dataclasses.replace(config.replay, min_size=64, capacity=2_000)
+    return dataclasses.replace(config, replay=replay)
 
 
 def ppo_setup(env: str, num_envs: int):
@@ -123,18 +169,14 @@ def main() -> None:
         keys = jax.random.split(jax.random.PRNGKey(1), 1)
         timed(collect, state, keys)  # compiles
         state, _ = program.iteration(state, np.int32(1))  # compiles
-        dqn = api.build(
-            "dqn",
-            DQNConfig(network=NATURE, batch_size=32, replay=ReplayConfig(min_size=64, ratio=0.25,
-                                                                          capacity=2_000)),
-            _run(env, num_envs),
-        )  # fmt: skip
+        dqn = api.build("dqn", dqn_config(), _run(env, num_envs))
         dqn_program = dqn.program()
         dqn_state = dqn_program.init(seed_keys(dqn.seeds))
         dqn_state, _ = dqn_program.iteration(dqn_state, np.int32(64 // num_envs + 1))  # fills
-        raws, rollouts, ppo_updates, dqn_updates = [], [], [], []
+        raws, raws_with_policy, rollouts, ppo_updates, dqn_updates = [], [], [], [], []
         for _ in range(args.rounds):
             raws.append(raw_rate(game, num_envs, 2_000 // num_envs * 4))
+            raws_with_policy.append(raw_with_policy_rate(game, num_envs, 1_000 // num_envs * 4))
             seconds = timed(collect, state, keys)
             rollouts.append(num_envs * UNROLL / seconds)
             start = time.perf_counter()
@@ -150,17 +192,23 @@ def main() -> None:
         row = {
             "num_envs": num_envs,
             "raw_steps_per_s": float(np.median(raws)),
+            "raw_with_policy_steps_per_s": float(np.median(raws_with_policy)),
             "rollout_steps_per_s": float(np.median(rollouts)),
             "ppo_updates_per_s": float(np.median(ppo_updates)),
             "ppo_update_frames": num_envs * UNROLL // 4,
             "dqn_updates_per_s": float(np.median(dqn_updates)),
         }
         row["rollout_over_raw"] = row["rollout_steps_per_s"] / row["raw_steps_per_s"]
+        row["rollout_over_raw_with_policy"] = (
+            row["rollout_steps_per_s"] / row["raw_with_policy_steps_per_s"]
+        )
         results["rows"].append(row)
         print(
-            f"{num_envs:3d} envs: raw {row['raw_steps_per_s']:8.0f} steps/s, heron rollout "
-            f"{row['rollout_steps_per_s']:7.0f} ({row['rollout_over_raw']:.2f}x raw; target "
-            f">= 0.8x), PPO {row['ppo_updates_per_s']:.2f} updates/s of "
+            f"{num_envs:3d} envs: raw {row['raw_steps_per_s']:8.0f} steps/s, raw + policy "
+            f"{row['raw_with_policy_steps_per_s']:7.0f}, heron rollout "
+            f"{row['rollout_steps_per_s']:7.0f} ({row['rollout_over_raw']:.2f}x raw, target "
+            f">= 0.8x; {row['rollout_over_raw_with_policy']:.2f}x raw + policy), "
+            f"PPO {row['ppo_updates_per_s']:.2f} updates/s of "
             f"{row['ppo_update_frames']} frames, DQN {row['dqn_updates_per_s']:.2f} "
             "updates/s of 32",
             flush=True,
