@@ -4,7 +4,8 @@ work, and heron's host loop against its update rate alone.
 Usage (from the repository root)::
 
     .venv/bin/python benchmarks/mujoco.py [--sections host,equal] [--quick]
-        [--envs HalfCheetah-v5,Hopper-v5] [--seeds 0,1,2] [--steps 300000]
+        [--envs HalfCheetah-v5,Hopper-v5] [--systems sb3,sbx,heron] [--algos sac,td3]
+        [--seeds 0,1,2] [--steps 300000]
         [--at 100000,300000] [--out PATH] [--runs-dir DIR] [--reuse] [--wait-idle S]
         [--timeout S]
 
@@ -315,7 +316,7 @@ def equal_run(args, work: Path, system: str, algo: str, env: str, seed: int) -> 
 def bench_equal(args, work: Path) -> list[dict[str, Any]]:
     rows = []
     for env in args.envs:
-        for algo in ("sac", "td3"):
+        for algo in args.algos:
             for system in args.systems:
                 runs = [equal_run(args, work, system, algo, env, seed) for seed in args.seeds]
                 row = {"env": env, "algo": algo, "system": system, "runs": runs}
@@ -385,6 +386,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="short runs: 20k steps, one seed")
     parser.add_argument("--envs", default="HalfCheetah-v5,Hopper-v5")
     parser.add_argument("--systems", default="sb3,sbx,heron")
+    parser.add_argument("--algos", default="sac,td3", help="of the equal-work section")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--steps", type=int, default=300_000, help="env steps of each run")
     parser.add_argument("--at", default="100000,300000", help="steps to report returns at")
@@ -408,6 +410,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"unknown --sections {sorted(unknown)}; valid: host, equal")
     args.envs = [e for e in args.envs.split(",") if e]
     args.systems = [s for s in args.systems.split(",") if s]
+    args.algos = [a for a in args.algos.split(",") if a]
+    unknown = set(args.algos) - {"sac", "td3"}
+    if unknown:
+        parser.error(f"unknown --algos {sorted(unknown)}; valid: sac, td3")
     args.seeds = [int(s) for s in args.seeds.split(",") if s]
     args.at = [int(a) for a in args.at.split(",") if a]
     if args.quick:
