@@ -72,8 +72,7 @@ def raw_with_policy_rate(game: str, num_envs: int, steps: int) -> float:
 
     from heron.networks import DenseHead, make_network
 
-    options = AtariConfig()
-    env = atari_vector_env(game, num_envs, options)
+    env = atari_vector_env(game, num_envs, AtariConfig())
     n_actions = env.single_action_space.n
     network = make_network(NATURE, DenseHead((n_actions,), 0.01), (4, 84, 84, 1))
     params = network.init(jax.random.PRNGKey(0))
