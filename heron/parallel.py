@@ -29,6 +29,27 @@ def device_mean(tree):
     return jax.lax.pmean(tree, DEVICE_AXIS)
 
 
+def over_seeds(fn: Callable, in_axes=0) -> Callable:
+    """``jax.vmap(fn, in_axes, axis_name=SEED_AXIS)`` over a run's seeds, but a run of one
+    seed calls ``fn`` once on that seed's values (the axis taken off the arguments, put
+    back on the results). Under a vmap, even of one seed, MJX's step (already vmapped over
+    the envs) ran at half speed: a Playground PPO unroll took 0.63 s instead of 0.30."""
+    vmapped = jax.vmap(fn, in_axes=in_axes, axis_name=SEED_AXIS)
+
+    def call(*args):
+        axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)
+        batched = [arg for arg, axis in zip(args, axes, strict=True) if axis == 0]
+        if {leaf.shape[0] for leaf in jax.tree.leaves(batched)} != {1}:
+            return vmapped(*args)
+        one = [
+            jax.tree.map(lambda x: x[0], arg) if axis == 0 else arg
+            for arg, axis in zip(args, axes, strict=True)
+        ]
+        return jax.tree.map(lambda x: x[None], fn(*one))
+
+    return call
+
+
 def same_for_all_seeds(x):
     """``x``, a value every seed of the run holds alike (a count of updates, whether the
     replay can sample: the seeds collect and update in lockstep), as one value for them

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from heron import parallel
 from heron.agents.base import Agent
 from heron.envs.wrappers import ObservationPipeline, PipelineState
 from heron.types import StepType
@@ -88,7 +89,7 @@ def make_evaluate(
 
         def more(loop):
             going = jnp.any(loop[5]) & (loop[7] <= max_steps)
-            return going if axis_name is None else jax.lax.pmax(going, axis_name)
+            return going if axis_name is None else parallel.same_for_all_seeds(going)
 
         def one(loop):
             env_state, observations, timestep, carry, returns, alive, key, t = loop

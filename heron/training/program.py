@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from heron import parallel
 from heron.agents.base import Agent
-from heron.parallel import SEED_AXIS
+from heron.parallel import over_seeds
 from heron.training.sources import Source
 
 _NO_LIMIT = 2**31 - 1
@@ -240,9 +240,7 @@ def make_program(
 
     return Program(
         init=init,  # two programs (above); exported as one by the program cache
-        iteration=jax.jit(
-            jax.vmap(iterations_one, in_axes=(0, None), axis_name=SEED_AXIS), donate_argnums=0
-        ),
-        evaluate=jax.jit(jax.vmap(evaluate_one, axis_name=SEED_AXIS)),
+        iteration=jax.jit(over_seeds(iterations_one, in_axes=(0, None)), donate_argnums=0),
+        evaluate=jax.jit(over_seeds(evaluate_one)),
         restart=jax.jit(jax.vmap(restart_one)),
     )
