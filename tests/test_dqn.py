@@ -285,16 +285,18 @@ def test_dqn_preset_solves_cartpole_within_100k_steps(tmp_path):
 
 @pytest.mark.slow
 def test_recurrent_dqn_remembers_what_masked_cartpole_hides(tmp_path):
-    """Masked CartPole hides the velocities: the preset's R2D2-style LSTM DQN (seed 0: best
-    446 by 40k steps, 370 from 28k) reaches 200, and the CartPole preset's feed-forward DQN
-    on the same run settings, given as many steps as the LSTM took, stays below 100 (best 47
-    over 100k steps)."""
+    """Masked CartPole hides the velocities: the preset's R2D2-style LSTM DQN reaches 120 within
+    its 100k steps, and the CartPole preset's feed-forward DQN on the same run settings, given
+    as many steps as the LSTM took, stays below 60. Measured, single runs of seeds 0-7: the
+    LSTM's first greedy evaluation >= 120 at 18k-48k steps (best 191-500 over 100k; seed 2
+    best 56-64 within 40k, so reaching 200 by 40k, as this test asked before, held for some
+    seeds only); the feed-forward DQN's best 47-49 within 40k steps on seeds 0-5."""
     config, run = presets.preset("dqn", "heron:CartPole-masked-v1")
-    run = dataclasses.replace(run, steps=40_000, seed=0)
-    reaching = dataclasses.replace(run, stop_at_return=200.0)
+    run = dataclasses.replace(run, seed=0)
+    reaching = dataclasses.replace(run, stop_at_return=120.0)
     lstm = api.train(api.build("dqn", config, reaching), str(tmp_path / "lstm"))
     memoryless, _ = presets.preset("dqn", "gymnax:CartPole-v1")
     same_budget = dataclasses.replace(run, steps=lstm["steps"])
     feed_forward = api.train(api.build("dqn", memoryless, same_budget), str(tmp_path / "ff"))
-    assert lstm["best_eval_return"] >= 200, _greedy_evals(tmp_path / "lstm")
-    assert feed_forward["best_eval_return"] < 100, _greedy_evals(tmp_path / "ff")
+    assert lstm["stopped_at_return"], _greedy_evals(tmp_path / "lstm")
+    assert feed_forward["best_eval_return"] < 60, _greedy_evals(tmp_path / "ff")
