@@ -464,6 +464,11 @@ def collect(
     check_has_policy(run_dir, "roll out")
     setup, _, state, checkpoint = load_run(run_dir, best)
     run, pipeline = setup.run, setup.source.pipeline
+    if pipeline.env_spec.action_mask:
+        raise collecting.CollectError(
+            f"{run.env} gives action masks, which datasets do not keep yet: collecting its "
+            "episodes is not supported"
+        )
     first_seed = jax.tree.map(lambda x: x[0], state)
     agent_state = first_seed.agent_state
     observations = setup.source.observations(first_seed.source_state)

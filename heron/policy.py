@@ -20,6 +20,7 @@ class Policy:
 
         policy = heron.load("runs/cartpole")           # the latest checkpoint (best=True: best)
         action = policy(observation)                   # [*obs] -> action, or [B, *obs] -> [B, ...]
+        action = policy(observation, action_mask=legal)  # where the env gives action masks
         policy.reset()                                 # before new episodes (recurrent, history)
 
     Observations go through the run's pipeline (normalisation with the statistics it
@@ -52,7 +53,7 @@ class Policy:
         """Forgets the episodes under way: the next call starts new ones."""
         self._batch = None
 
-    def __call__(self, observation, temperature: float | None = None):
+    def __call__(self, observation, temperature: float | None = None, action_mask=None):
         observation = np.asarray(observation, np.float32)
         shape = self.spec.observation_shape
         single = observation.shape == shape
@@ -63,6 +64,7 @@ class Policy:
                 f"{shape} (or [batch, *{shape}])"
             )
         size = batch.shape[0]
+        masks = self._action_masks(action_mask, size, single)
         first = self._batch != size
         if first:
             pipeline = self.setup.source.pipeline
@@ -74,6 +76,7 @@ class Policy:
             reward=np.zeros(size, np.float32),
             discount=np.ones(size, np.float32),
             observation=batch,
+            action_mask=masks,
         )
         self._key, key = jax.random.split(self._key)
         temperature = self.temperature if temperature is None else temperature
@@ -82,6 +85,28 @@ class Policy:
         )
         action = np.asarray(action)
         return action[0] if single else action
+
+    def _action_masks(self, action_mask, size: int, single: bool):
+        """The legal actions [size, *mask_shape] as the agent takes them: required where the
+        run's environment gave masks, refused where it did not."""
+        spec = self.spec
+        if not spec.action_mask:
+            if action_mask is not None:
+                raise ValueError(
+                    "action_mask given, but this run's environment gave no action masks: its "
+                    "policy does not act on them"
+                )
+            return ()
+        if action_mask is None:
+            raise ValueError(
+                "this run's environment gives action masks: call policy(observation, "
+                f"action_mask=...) with the legal actions, shaped {spec.action_mask_shape}"
+            )
+        mask = np.asarray(action_mask, bool)
+        wanted = spec.action_mask_shape if single else (size, *spec.action_mask_shape)
+        if mask.shape != wanted:
+            raise ValueError(f"action_mask of shape {mask.shape} does not fit {wanted}")
+        return mask[None] if single else mask
 
 
 def load(run_dir: str, best: bool = False, temperature: float = 0.0) -> Policy:

@@ -62,6 +62,25 @@ class EnvSpec:
     action: ActionSpec
     max_episode_steps: int | None = None
     observation_categories: int | None = None  # Discrete(n) observations: n; None for a Box
+    # whether time steps carry the legal actions (TimeStep.action_mask, shaped like the
+    # discrete head's logits: [n], or [k, n] for k controls)
+    action_mask: bool = False
+
+    @property
+    def action_mask_shape(self) -> tuple[int, ...]:
+        action = self.action
+        return (
+            (action.n_controls, action.n_actions) if action.multi_control else (action.n_actions,)
+        )
+
+
+def check_action_masks(spec: EnvSpec, env_name: str) -> None:
+    """Action masks need discrete actions: a mask rules out some of a categorical's choices."""
+    if not spec.action.is_discrete:
+        raise SpaceError(
+            f"{env_name} gives action masks, but its actions are continuous (Box "
+            f"{spec.action.shape}): masks rule out choices of Discrete or MultiDiscrete actions"
+        )
 
 
 def _space_name(space) -> str:

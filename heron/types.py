@@ -30,6 +30,9 @@ class TimeStep(NamedTuple):
     reward: Any  # float32 [B]
     discount: Any  # float32 [B]: 0 only where the episode terminated
     observation: Any  # [B, *obs_shape]
+    # bool [B, n] ([B, k, n] for k controls): the actions legal at this step, where the
+    # environment says (EnvSpec.action_mask); () where it does not
+    action_mask: Any = ()
 
     def is_first(self):
         return self.step_type == StepType.FIRST
@@ -56,6 +59,7 @@ class Experience(NamedTuple):
     extras: Any = ()
     state: Any = ()
     prev_action: Any = ()  # ALF's: the action of the step before (zeros at FIRST steps)
+    action_mask: Any = ()  # the legal actions at this step (TimeStep.action_mask)
 
     @classmethod
     def from_timestep(
@@ -70,20 +74,24 @@ class Experience(NamedTuple):
             extras=extras,
             state=state,
             prev_action=prev_action,
+            action_mask=timestep.action_mask,
         )
 
     @property
     def timestep(self) -> TimeStep:
-        return TimeStep(self.step_type, self.reward, self.discount, self.observation)
+        return TimeStep(
+            self.step_type, self.reward, self.discount, self.observation, self.action_mask
+        )
 
 
-def first_step(observation, batch_shape) -> TimeStep:
+def first_step(observation, batch_shape, action_mask=()) -> TimeStep:
     """A FIRST time step for freshly reset environments."""
     return TimeStep(
         step_type=jnp.full(batch_shape, StepType.FIRST, jnp.int32),
         reward=jnp.zeros(batch_shape, jnp.float32),
         discount=jnp.ones(batch_shape, jnp.float32),
         observation=observation,
+        action_mask=action_mask,
     )
 
 

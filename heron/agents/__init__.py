@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from heron.agents.base import REGISTRY, Agent, ConfigError, ReplayConfig, register
+from heron.agents.base import MASKS_ACTIONS, REGISTRY, Agent, ConfigError, ReplayConfig, register
 from heron.networks import NetworkConfig
 
 for _module in pkgutil.iter_modules(__path__):
@@ -43,6 +43,12 @@ def make(name: str, spec, config=None, devices=None, collects: bool = True) -> A
         raise TypeError(f"{name} needs a {config_type.__name__}, got {type(config).__name__}")
     if not collects:
         refuse_collecting_options(name, config)
+    if getattr(spec, "action_mask", False) and name not in MASKS_ACTIONS:
+        raise ConfigError(
+            f"this environment gives action masks (the legal actions of each step), which "
+            f"{name} would ignore and take illegal actions; the algorithms that act on them: "
+            f"{', '.join(sorted(MASKS_ACTIONS))}"
+        )
     return REGISTRY[name][1](spec, config, devices)
 
 
@@ -63,6 +69,7 @@ def refuse_collecting_options(name: str, config) -> None:
 __all__ = [
     "Agent",
     "CRRConfig",
+    "MASKS_ACTIONS",
     "ConfigError",
     "DQNConfig",
     "NetworkConfig",

@@ -127,12 +127,21 @@ class Agent:
 
 # name -> (config class, factory(spec, config, devices) -> Agent)
 REGISTRY: dict[str, tuple[type, Callable[..., Agent]]] = {}
+MASKS_ACTIONS: set[str] = set()  # the algorithms that act and learn on action masks
 
 
-def register(name: str, config_class: type, factory: Callable[..., Agent]) -> None:
+def register(
+    name: str, config_class: type, factory: Callable[..., Agent], masks_actions: bool = False
+) -> None:
     """Makes ``name`` an algorithm ``heron.agents.make`` and ``heron train NAME`` know:
-    ``factory(spec, config, devices)`` builds its Agent from a ``config_class``."""
+    ``factory(spec, config, devices)`` builds its Agent from a ``config_class``.
+    ``masks_actions``: it acts and learns on the legal actions of an environment that gives
+    them (``EnvSpec.action_mask``); other agents refuse such environments."""
     REGISTRY[name] = (config_class, factory)
+    if masks_actions:
+        MASKS_ACTIONS.add(name)
+    else:
+        MASKS_ACTIONS.discard(name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,6 +195,7 @@ def warn_zero_start(config, name: str) -> None:
 
 
 __all__ = [
+    "MASKS_ACTIONS",
     "REGISTRY",
     "ROLLOUT_STATE",
     "Agent",

@@ -49,7 +49,7 @@ from heron.agents.base import (
 )
 from heron.configs import ConfigError, check, integer, number, registered, scheduled
 from heron.networks import DenseHead, NetworkConfig, make_network
-from heron.networks.distributions import GREEDY_BELOW
+from heron.networks.distributions import GREEDY_BELOW, masked_logits
 from heron.specs import EnvSpec
 from heron.types import StepType, TimeStep
 
@@ -170,14 +170,20 @@ def n_step_targets(r_t, discount_t, last_t, v_t, n: int):
     )
 
 
-def epsilon_greedy(key, q_values, epsilon):
+def epsilon_greedy(key, q_values, epsilon, action_mask=()):
     """Actions [B, k] from Q [B, k, n]: greedy per control, or with probability ``epsilon``
-    (one draw per environment) uniformly random in every control."""
+    (one draw per environment) uniformly random in every control; among the legal actions
+    only, given ``action_mask`` [B, k, n]."""
     explore_key, action_key = jax.random.split(key)
     batch, controls, n = q_values.shape
     explore = jax.random.uniform(explore_key, (batch, 1)) < epsilon
-    random = jax.random.randint(action_key, (batch, controls), 0, n)
-    return jnp.where(explore, random, jnp.argmax(q_values, axis=-1))
+    if isinstance(action_mask, tuple):
+        random = jax.random.randint(action_key, (batch, controls), 0, n)
+    else:
+        uniform = masked_logits(jnp.zeros_like(q_values), action_mask)
+        random = jax.random.categorical(action_key, uniform, axis=-1)
+    greedy = jnp.argmax(masked_logits(q_values, action_mask), axis=-1)
+    return jnp.where(explore, random, greedy)
 
 
 def softmax_actions(key, q_values, temperature):
@@ -217,6 +223,12 @@ def make_dqn(spec: EnvSpec, config: DQNConfig, devices=None) -> Agent:
         """Actions [..., k] whatever the space (a Discrete action gains its control axis)."""
         return action if action_spec.multi_control else action[..., None]
 
+    def masks_as_controls(action_mask):
+        """Action masks [..., k, n] whatever the space; () (no masks) stays ()."""
+        if isinstance(action_mask, tuple) or action_spec.multi_control:
+            return action_mask
+        return action_mask[..., None, :]
+
     def from_controls(action):
         return action if action_spec.multi_control else action[..., 0]
 
@@ -238,11 +250,14 @@ def make_dqn(spec: EnvSpec, config: DQNConfig, devices=None) -> Agent:
     def act(state: DQNState, timestep: TimeStep, carry, key):
         new_carry, q = network.step(state.params, carry, timestep.observation, timestep.is_first())
         epsilon = hyper("epsilon", state.update_step, state.controls, state.env_steps)
-        action = from_controls(epsilon_greedy(key, q, epsilon))
+        action = from_controls(
+            epsilon_greedy(key, q, epsilon, masks_as_controls(timestep.action_mask))
+        )
         return action, new_carry, learning.rollout_extras(config, carry)
 
     def policy(state: DQNState, timestep: TimeStep, carry, key, temperature):
         new_carry, q = network.step(state.params, carry, timestep.observation, timestep.is_first())
+        q = masked_logits(q, masks_as_controls(timestep.action_mask))
         return from_controls(softmax_actions(key, q, temperature)), new_carry
 
     def observe_steps(state: DQNState, count: int) -> DQNState:
@@ -272,12 +287,14 @@ def make_dqn(spec: EnvSpec, config: DQNConfig, devices=None) -> Agent:
         last = (batch.step_type[after] == StepType.LAST).astype(jnp.float32)  # [T, M]
         discount = gamma * batch.discount[after]
         action = as_controls(batch.action[burn_in:])  # [T + 1, M, k]
+        next_mask = jax.tree.map(lambda m: m[after], masks_as_controls(batch.action_mask))
         count = batch.step_type.shape[0] - burn_in - n_step  # transitions with a whole window
         valid = (batch.step_type[burn_in : burn_in + count] != StepType.LAST).astype(jnp.float32)
 
         def targets_from(q_online):
             """n-step double-Q targets [count, M, k], per control."""
-            v = double_q_values(q_target, jax.lax.stop_gradient(q_online[1:]))  # [T, M, k]
+            selector = masked_logits(jax.lax.stop_gradient(q_online[1:]), next_mask)
+            v = double_q_values(q_target, selector)  # [T, M, k]: of legal actions only
             returns = jax.vmap(  # over sequences, then controls
                 jax.vmap(n_step_targets, in_axes=(None, None, None, 1, None), out_axes=1),
                 in_axes=(1, 1, 1, 1, None),
@@ -334,4 +351,4 @@ def make_dqn(spec: EnvSpec, config: DQNConfig, devices=None) -> Agent:
     )
 
 
-register("dqn", DQNConfig, make_dqn)
+register("dqn", DQNConfig, make_dqn, masks_actions=True)

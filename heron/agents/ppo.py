@@ -189,6 +189,7 @@ class PPOBatch(NamedTuple):
     mask: jax.Array  # 0 at LAST steps, whose action was never executed
     first: jax.Array  # bool: FIRST steps, where a recurrent core resets
     rollout_state: Any = ()  # the core state recorded before acting, under use_rollout_state
+    action_mask: Any = ()  # the legal actions, where the environment gives them
 
 
 masked_mean = parallel.masked_mean
@@ -247,6 +248,7 @@ def gae_batch(config: PPOConfig, update_step, experience: Experience, controls=N
         mask=1.0 - is_last[:, :-1],
         first=experience.step_type[:, :-1] == StepType.FIRST,
         rollout_state=jax.tree.map(lambda x: x[:, :-1], rollout_state),
+        action_mask=jax.tree.map(lambda x: x[:, :-1], experience.action_mask),
     )
 
 
@@ -282,7 +284,8 @@ def vector_model(spec: EnvSpec, config: PPOConfig) -> PolicyModel:
 
     def step(params, timestep: TimeStep, carry):
         new_carry, out = network.step(params, carry, timestep.observation, timestep.is_first())
-        return new_carry, out, distributions.make(spec.action, out["policy"])
+        dist = distributions.make(spec.action, out["policy"], action_mask=timestep.action_mask)
+        return new_carry, out, dist
 
     def act(params, timestep: TimeStep, carry, key):
         new_carry, out, dist = step(params, timestep, carry)
@@ -312,6 +315,11 @@ def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None) -> Agent:
         raise ConfigError(
             f"ppo.initial_log_std={config.initial_log_std:g} is the spread of a Gaussian over "
             "Box actions; this policy's actions are discrete (leave it at 0)"
+        )
+    if spec.action_mask and config.vocab_size is not None:
+        raise ConfigError(
+            f"ppo.vocab_size={config.vocab_size} (a token policy) does not act on action "
+            "masks, and this environment gives them: drop --ppo.vocab-size"
         )
     if config.vocab_size is None:
         model = vector_model(spec, config)
@@ -346,7 +354,8 @@ def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None) -> Agent:
 
     def approx_kl(params, batch: PPOBatch):
         """E[(r - 1) - log r], r = pi / mu: the approximate KL to the behaviour policy."""
-        dist = distributions.make(spec.action, outputs(params, batch)["policy"])
+        policy = outputs(params, batch)["policy"]
+        dist = distributions.make(spec.action, policy, action_mask=batch.action_mask)
         log_ratio = _joint(_log_prob(dist, batch.action) - batch.log_prob, batch.mask)
         return parallel.device_mean(masked_mean(jnp.expm1(log_ratio) - log_ratio, batch.mask))
 
@@ -354,7 +363,7 @@ def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None) -> Agent:
         """The PPO loss on a mini-batch of sequences [L, M]."""
         clip_range = hyper("clip_range", step, controls)
         out = outputs(params, batch)
-        dist = distributions.make(spec.action, out["policy"])
+        dist = distributions.make(spec.action, out["policy"], action_mask=batch.action_mask)
         log_ratio = _log_prob(dist, batch.action) - batch.log_prob  # [L, M] or [L, M, k]
         advantage = (
             normalize(batch.advantage, batch.mask)
@@ -458,4 +467,4 @@ def make_ppo(spec: EnvSpec, config: PPOConfig, devices=None) -> Agent:
     )
 
 
-register("ppo", PPOConfig, make_ppo)
+register("ppo", PPOConfig, make_ppo, masks_actions=True)

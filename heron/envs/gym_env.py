@@ -66,12 +66,15 @@ class GymEnv:
         if autoreset is not None and autoreset != gymnasium.vector.AutoresetMode.NEXT_STEP:
             raise ValueError(f"{name}: heron needs next-step auto-reset, the env uses {autoreset}")
         obs_space = self._env.single_observation_space
+        action = action_spec_from_space(self._env.single_action_space)
+        self._masks_from = self._find_action_masks() if action.is_discrete else None
         self.spec = EnvSpec(
             observation_shape=observation_shape_from_space(obs_space),
             observation_dtype=observation_dtype_from_space(obs_space),
-            action=action_spec_from_space(self._env.single_action_space),
+            action=action,
             max_episode_steps=max_episode_steps,
             observation_categories=observation_categories_from_space(obs_space),
+            action_mask=self._masks_from is not None,
         )
         self._needs_reset = np.zeros(num_envs, bool)
         self._restart_seed: int | None = None
@@ -85,7 +88,45 @@ class GymEnv:
             observation=jax.ShapeDtypeStruct(
                 (n,) + self.spec.observation_shape, self.spec.observation_dtype
             ),
+            action_mask=(
+                jax.ShapeDtypeStruct((n,) + self.spec.action_mask_shape, jnp.bool_)
+                if self.spec.action_mask
+                else ()
+            ),
         )
+
+    def _find_action_masks(self) -> str | None:
+        """Where the environment says which actions are legal: ``"info"`` (Gymnasium's
+        ``info["action_mask"]``), ``"method"`` (sb3-contrib's ``action_masks()``) or None.
+        Found on a reset here, before the run's own seeded reset."""
+        with raised_in(self.name, "reset"):
+            _, info = self._env.reset()
+        if "action_mask" in info:
+            return "info"
+        try:
+            with raised_in(self.name, "action_masks"):
+                masks = self._env.call("action_masks")
+        except AttributeError:
+            return None
+        return "method" if all(mask is not None for mask in masks) else None
+
+    def _action_masks(self, info):
+        """The legal actions [B, *action_mask_shape] after a reset or step; () without masks.
+        A sub-environment whose info has no mask (``_action_mask`` False) allows every action."""
+        if self._masks_from is None:
+            return ()
+        shape = (self.num_envs,) + self.spec.action_mask_shape
+        if self._masks_from == "method":
+            masks = np.stack(self._recorded("action_masks", self._env.call, "action_masks"))
+            return masks.astype(bool).reshape(shape)
+        masks = np.ones(shape, bool)
+        if "action_mask" in info:
+            given = np.asarray(info.get("_action_mask", np.ones(self.num_envs, bool)), bool)
+            values = np.asarray(info["action_mask"])
+            masks[given] = np.stack([np.asarray(v, bool) for v in values[given]]).reshape(
+                (-1,) + self.spec.action_mask_shape
+            )
+        return masks
 
     def with_num_envs(self, num_envs: int) -> GymEnv:
         """Another host environment of the same id with ``num_envs`` sub-environments."""
@@ -110,7 +151,8 @@ class GymEnv:
 
         def into_buffers(context, out: TimeStep, argument) -> None:
             del context
-            for buffer, value in zip(out, host_function(np.asarray(argument)), strict=True):
+            values = jax.tree.leaves(host_function(np.asarray(argument)))
+            for buffer, value in zip(jax.tree.leaves(out), values, strict=True):
                 np.asarray(buffer)[...] = value
 
         call = buffer_callback(
@@ -154,6 +196,7 @@ class GymEnv:
             reward=np.zeros(n, np.float32),
             discount=np.ones(n, np.float32),
             observation=np.asarray(obs, self.spec.observation_dtype),
+            action_mask=self._action_masks(info),
         )
 
     def _reset_info(self, info) -> None:
@@ -187,4 +230,5 @@ class GymEnv:
             reward=np.where(reset, 0.0, reward).astype(np.float32),
             discount=np.where(cut, 0.0, 1.0).astype(np.float32),
             observation=np.asarray(obs, self.spec.observation_dtype),
+            action_mask=self._action_masks(info),
         )

@@ -8,6 +8,7 @@ Time limits are applied here, not by gymnax, so termination and truncation stay 
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import jax
@@ -17,7 +18,9 @@ from heron import parallel
 from heron.envs.errors import raised_in
 from heron.specs import (
     EnvSpec,
+    SpaceError,
     action_spec_from_space,
+    check_action_masks,
     observation_categories_from_space,
     observation_dtype_from_space,
     observation_shape_from_space,
@@ -49,13 +52,18 @@ class JaxEnv:
         # gymnax's own time limit is lifted; heron truncates at max_episode_steps itself.
         self._params = params.replace(max_steps_in_episode=_NO_LIMIT)
         observation_space = env.observation_space(params)
+        action = action_spec_from_space(env.action_space(params))
+        masked = callable(getattr(env, "action_mask", None))
         self.spec = EnvSpec(
             observation_shape=observation_shape_from_space(observation_space),
             observation_dtype=observation_dtype_from_space(observation_space),
-            action=action_spec_from_space(env.action_space(params)),
+            action=action,
             max_episode_steps=max_episode_steps,
             observation_categories=observation_categories_from_space(observation_space),
+            action_mask=masked,
         )
+        if masked:
+            check_action_masks(self.spec, name)
 
     def with_num_envs(self, num_envs: int) -> JaxEnv:
         """The same environment with another batch size (e.g. for evaluation)."""
@@ -72,6 +80,25 @@ class JaxEnv:
             obs, env_state = self._env.reset_env(key, self._params)
         return env_state, self._observation(obs)
 
+    def _action_masks(self, env_state):
+        """The legal actions [B, *action_mask_shape] of each environment's state, from the
+        environment's ``action_mask(state, params)``; () where it has none."""
+        if not self.spec.action_mask:
+            return ()
+
+        def one(state):
+            with raised_in(self.name, "action_mask"):
+                mask = self._env.action_mask(state, self._params)
+            shape = self.spec.action_mask_shape
+            if math.prod(jnp.shape(mask)) != math.prod(shape):
+                raise SpaceError(
+                    f"{self.name}: action_mask gave shape {jnp.shape(mask)}, the action space "
+                    f"needs {shape} (one flag per action)"
+                )
+            return jnp.asarray(mask, bool).reshape(shape)
+
+        return jax.vmap(one)(env_state)
+
     def reset(self, key) -> tuple[JaxEnvState, TimeStep]:
         keys = jax.random.split(key, self.num_envs)
         env_state, obs = jax.vmap(self._reset_one)(keys)
@@ -81,7 +108,7 @@ class JaxEnv:
             episode_step=jnp.zeros(batch, jnp.int32),
             needs_reset=jnp.zeros(batch, bool),
         )
-        return state, first_step(obs, batch)
+        return state, first_step(obs, batch, self._action_masks(env_state))
 
     def _step_one(self, state: JaxEnvState, action, key):
         with raised_in(self.name, "step"):
@@ -131,6 +158,7 @@ class JaxEnv:
             reward=jnp.where(reset, 0.0, jnp.asarray(reward, jnp.float32)),
             discount=jnp.where(reset | ~terminated, 1.0, 0.0).astype(jnp.float32),
             observation=obs,
+            action_mask=self._action_masks(env_state),
         )
         return new_state, timestep
 

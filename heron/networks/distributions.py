@@ -123,12 +123,25 @@ class TanhGaussian(Gaussian):
         return self._normal().kl_divergence(other._normal())
 
 
-def make(spec: ActionSpec, params, squash: bool = False):
+ILLEGAL_LOGIT = -1e9  # finite, unlike -inf: 0 * log(0) terms stay 0 in entropies and gradients
+
+
+def masked_logits(logits, action_mask):
+    """``logits`` [..., n] with the actions ``action_mask`` [..., n] (bool) rules out at
+    ``ILLEGAL_LOGIT``: they get probability 0 and are never the argmax (while any action is
+    legal). ``()`` for the mask leaves the logits as they are."""
+    if isinstance(action_mask, tuple):
+        return logits
+    return jnp.where(action_mask, logits, ILLEGAL_LOGIT)
+
+
+def make(spec: ActionSpec, params, squash: bool = False, action_mask=()):
     """The distribution of ``spec``'s actions from a policy head's output: logits for
-    discrete actions, ``{"mean", "log_std"}`` for Box actions (tanh-squashed when
-    ``squash``)."""
+    discrete actions (of the legal actions only, given ``action_mask``), ``{"mean",
+    "log_std"}`` for Box actions (tanh-squashed when ``squash``)."""
     if spec.is_discrete:
-        return MultiCategorical(params) if spec.multi_control else Categorical(params)
+        logits = masked_logits(params, action_mask)
+        return MultiCategorical(logits) if spec.multi_control else Categorical(logits)
     family = TanhGaussian if squash else Gaussian
     return family(params["mean"], params["log_std"])
 

@@ -84,6 +84,12 @@ class DatasetSource(Source):
 
     def __post_init__(self):
         check_against_env(self.dataset, self.pipeline.env_spec, self.env_id)
+        if self.pipeline.env_spec.action_mask:
+            raise ConfigError(
+                f"{self.env_id} gives action masks, and datasets do not keep them yet: "
+                "learning from a dataset would take illegal actions as choices; train on the "
+                "environment instead"
+            )
         held = set(self.held_out_episodes)
         episodes = self.dataset.episodes
         training = [e for i, e in enumerate(episodes) if i not in held]

@@ -1,6 +1,6 @@
 """``heron:<id>``: environments registered in this process, with ``register(env_id,
 factory)`` or, for an environment object, ``id_of(env)``; heron's own variants
-(``heron:CartPole-masked-v1``) are registered here."""
+(``heron:CartPole-masked-v1``, ``heron:LegalChoice-v0``) are registered here."""
 
 from __future__ import annotations
 
@@ -18,7 +18,14 @@ def _masked_cartpole():
     return masked_cartpole()
 
 
-_BUILTIN_ENVS = {"CartPole-masked-v1": _masked_cartpole}
+def _legal_choice():
+    import_gymnax()
+    from heron.envs.legal_choice import legal_choice
+
+    return legal_choice()
+
+
+_BUILTIN_ENVS = {"CartPole-masked-v1": _masked_cartpole, "LegalChoice-v0": _legal_choice}
 
 
 # id -> factory() returning a gymnax (env, params) pair, a gymnax Environment or a gymnasium.Env.
