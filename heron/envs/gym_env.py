@@ -103,10 +103,11 @@ class GymEnv:
             _, info = self._env.reset()
         if "action_mask" in info:
             return "info"
+        if not hasattr(self._env, "call"):  # a vector env of its own (CartPole's, ALE's)
+            return None
         try:
-            with raised_in(self.name, "action_masks"):
-                masks = self._env.call("action_masks")
-        except AttributeError:
+            masks = self._env.call("action_masks")
+        except AttributeError:  # no such method or attribute
             return None
         return "method" if all(mask is not None for mask in masks) else None
 
