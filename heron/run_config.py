@@ -6,6 +6,7 @@ other than the run's own environments (``dataset``, ``actors``) are checked by t
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from typing import Literal
 
 from heron import sources
@@ -109,6 +110,12 @@ class RunConfig:
     summaries: bool = True
     """Write metrics.jsonl and TensorBoard summaries (Trax's should_write_summaries);
     --no-summaries writes neither (the final JSON line is printed all the same)."""
+    wandb: bool = False
+    """Also log to Weights & Biases: the scalars TensorBoard gets and the run's config
+    (needs heron[wandb]). With WANDB_MODE=offline it is kept under the run directory
+    (wandb/), no network needed; ``wandb sync`` uploads it later."""
+    wandb_project: str = "heron"
+    """With wandb: the Weights & Biases project the run logs to."""
     controller: str | None = None
     """Change hyperparameters as the run goes (Trax's controller), e.g.
     ``plateau(learning_rate, 0.5, 3)``: halve the learning rate whenever the greedy
@@ -169,5 +176,19 @@ class RunConfig:
             raise ConfigError(
                 f"reward_scale={self.reward_scale:g} would be undone by normalize_rewards, "
                 "which divides the rewards by their returns' standard deviation: use one of them"
+            )
+        if self.wandb_project != "heron" and not self.wandb:
+            raise ConfigError(
+                f"wandb_project={self.wandb_project!r} names the Weights & Biases project of "
+                "--wandb, which is off: add --wandb or remove it"
+            )
+        if self.wandb and not self.summaries:
+            raise ConfigError(
+                "wandb logs the run's summaries, which --no-summaries turns off: use one of them"
+            )
+        if self.wandb and importlib.util.find_spec("wandb") is None:
+            raise ConfigError(
+                "wandb logging needs the wandb package: pip install 'heron[wandb]' "
+                "(make install includes it)"
             )
         sources.check(self)

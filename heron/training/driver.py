@@ -28,7 +28,7 @@ from heron.configs import ConfigError
 from heron.run_config import RunConfig
 from heron.training import checkpoints, controllers, program_cache, rundir, signals
 from heron.training.evaluation import Evaluation
-from heron.training.logging import RunLogger
+from heron.training.logging import RunLogger, WandbSink
 from heron.training.program import EXPERIENCE, NON_FINITE, Program, TrainState, make_program
 from heron.training.sources import Source
 
@@ -236,6 +236,11 @@ class _Loop:
             setup.iterations * setup.steps_per_iteration,
             seeds=run.seeds,
             summaries=run.summaries,
+            wandb=(
+                WandbSink(run_dir, run.wandb_project, rundir.read_config(run_dir))
+                if run.wandb
+                else None
+            ),
         )
 
     def wall(self) -> float:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
 import sys
 import time
 from typing import Any
 
 import numpy as np
+
+from heron.configs import ConfigError
 
 
 def _jsonable(value):
@@ -36,9 +39,10 @@ class RunLogger:
         tensorboard: bool = True,
         seeds: int | None = None,
         summaries: bool = True,
+        wandb: WandbSink | None = None,
     ):
         """``summaries=False`` (Trax's should_write_summaries) writes neither file; the
-        progress reports go on."""
+        progress reports go on. ``wandb``: where the same scalars go to Weights & Biases."""
         path = os.path.join(run_dir, "metrics.jsonl")
         self._file = open(path, "a", buffering=1) if summaries else None
         self._tb_dir = os.path.join(run_dir, "tb") if tensorboard and summaries else None
@@ -47,6 +51,7 @@ class RunLogger:
         if self._tb_dir is not None and not self._per_seed:
             self._writer(None)
         self._progress = Progress(total_steps)
+        self._wandb = wandb
 
     def _writer(self, seed):
         """The TensorBoard writer of ``seed`` (the run's one writer unless per seed)."""
@@ -65,17 +70,16 @@ class RunLogger:
             self._file.write(json.dumps(record) + "\n")
         except OSError as error:  # a full disk: name the file
             raise OSError(error.errno, error.strerror, self._file.name) from error
-        if self._tb_dir is None or record.get("kind") not in ("train", "eval"):
+        if record.get("kind") not in ("train", "eval"):
+            return
+        scalars = scalars_of(record)
+        if self._wandb is not None:
+            self._wandb.log(scalars, record["step"], record.get("seed") if self._per_seed else None)
+        if self._tb_dir is None:
             return
         writer, step = self._writer(record.get("seed")), record["step"]
-        if record["kind"] == "eval":
-            tag = f"eval/return_mean/temperature_{record['temperature']}"
-            if record.get("return_mean") is not None:
-                writer.add_scalar(tag, record["return_mean"], step)
-            return
-        for key, value in record.items():
-            if key not in ("kind", "step", "seed") and isinstance(value, (int, float)):
-                writer.add_scalar(key if "/" in key else f"train/{key}", value, step)
+        for tag, value in scalars.items():
+            writer.add_scalar(tag, value, step)
 
     def progress(self, steps: int, steps_per_s: float, latest_return, greedy_return) -> None:
         self._progress.update(steps, steps_per_s, latest_return, greedy_return)
@@ -86,6 +90,69 @@ class RunLogger:
             self._file.close()
         for writer in self._writers.values():
             writer.close()
+        if self._wandb is not None:
+            self._wandb.close()
+
+
+def scalars_of(record: dict) -> dict[str, float]:
+    """The scalars of a train or eval line, by their TensorBoard tags: an evaluation's
+    ``eval/return_mean/temperature_<t>``, a train line's numbers (``train/<name>`` for the
+    names without a topic)."""
+    if record["kind"] == "eval":
+        value = record.get("return_mean")
+        tag = f"eval/return_mean/temperature_{record['temperature']}"
+        return {} if value is None else {tag: value}
+    return {
+        key if "/" in key else f"train/{key}": value
+        for key, value in record.items()
+        if key not in ("kind", "step", "seed") and isinstance(value, (int, float))
+    }
+
+
+class WandbSink:
+    """A Weights & Biases run beside the TensorBoard events: the same scalars (a run of
+    several seeds prefixes each seed's with ``seed_<k>/``) at the same env steps, and the
+    run's config. Its id is kept in the run directory, so a resumed run goes on logging to
+    the same Weights & Biases run. Files go to ``<run_dir>/wandb``."""
+
+    ID_FILE = "wandb_id"
+
+    def __init__(self, run_dir: str, project: str, config: dict):
+        import wandb
+
+        os.makedirs(os.path.join(run_dir, "wandb"), exist_ok=True)
+        id_path = os.path.join(run_dir, "wandb", self.ID_FILE)
+        if os.path.exists(id_path):
+            with open(id_path) as f:
+                run_id = f.read().strip()
+        else:
+            run_id = secrets.token_hex(6)
+            with open(id_path, "w") as f:
+                f.write(run_id)
+        try:
+            self._run = wandb.init(
+                project=project,
+                dir=run_dir,
+                id=run_id,
+                resume="allow",
+                name=os.path.basename(os.path.abspath(run_dir)),
+                config=config,
+            )
+        except Exception as error:  # no login, no network, a bad project name
+            message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            raise ConfigError(
+                f"wandb could not start the run ({type(error).__name__}: {message}); "
+                "WANDB_MODE=offline logs without an account or network"
+            ) from error
+        self._run.define_metric("*", step_metric="env_steps")
+
+    def log(self, scalars: dict[str, float], step: int, seed: int | None) -> None:
+        prefix = "" if seed is None else f"seed_{seed}/"
+        values = {prefix + tag: value for tag, value in scalars.items()}
+        self._run.log({"env_steps": step, **values})
+
+    def close(self) -> None:
+        self._run.finish()
 
 
 def configured_seeds(run_dir: str) -> int:

@@ -57,6 +57,8 @@ HOST_ONLY_RUN_FIELDS = (
     "keep_checkpoints",
     "checkpoints",
     "summaries",
+    "wandb",
+    "wandb_project",
     "stop_at_return",
     "preset",
 )
