@@ -19,6 +19,7 @@ import heron
 from heron import api, envs
 from heron.agents import ConfigError, PPOConfig
 from heron.agents.dqn import epsilon_greedy
+from heron.envs.check import MASKED_NOTE
 from heron.envs.legal_choice import LegalChoice
 from heron.networks import distributions
 from heron.run_config import RunConfig
@@ -132,6 +133,20 @@ def test_a_gymnasium_environment_gives_its_masks_at_every_step(env_class):
         mask = np.asarray(timestep.action_mask)
         assert mask.shape == (3, 4) and (mask.sum(-1) == 2).all()
         state, timestep = step(state, jnp.asarray(np.argmax(mask, -1), jnp.int32))
+
+
+@pytest.mark.parametrize("env", [MaskInInfo(), MaskByMethod(), "heron:LegalChoice-v0"])
+def test_check_env_plays_the_legal_actions(env):
+    """The gymnasium environments raise on an illegal action; LegalChoice terminates an
+    episode on one (its episodes are otherwise cut at 20 steps): random legal play never
+    does either."""
+    report = envs.check(env, steps=200)
+    assert report.ok, report.problems
+    assert MASKED_NOTE in report.notes
+    if report.kind == "gymnasium":  # 8 steps an episode, then terminated
+        assert report.episodes == report.terminated == 25
+    else:  # 16 environments, 200 steps each, 21 an episode (its 20 and the reset's FIRST)
+        assert report.truncated == report.episodes == 16 * 9 and report.terminated == 0
 
 
 def test_a_gymnax_environment_without_action_mask_gives_none():

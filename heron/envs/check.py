@@ -40,6 +40,10 @@ from heron.types import StepType
 
 DETERMINISM_STEPS = 100  # steps replayed to compare two rollouts of the same seed
 JAX_BATCH = 16  # JAX environments stepped together
+MASKED_NOTE = (
+    "the environment gives action masks: the random actions were drawn among the legal ones, "
+    "and PPO and DQN act on them"
+)
 
 
 @dataclasses.dataclass
@@ -299,9 +303,16 @@ def _gym_random_steps(
     action_space.seed(seed)
     length = 0
     lengths = []
+    try:
+        _, info = env.reset(seed=seed)
+    except Exception as error:
+        found.add("reset", f"reset(seed={seed}) raised {_one_line(error)}")
+        return lengths
+    if _gym_mask(env, info) is not None:
+        result.notes.append(MASKED_NOTE)
     for t in range(steps):
         where = f"step {t}"
-        action = action_space.sample()
+        action = _legal_sample(action_space, _gym_mask(env, info))
         try:
             outcome = env.step(action)
         except Exception as error:
@@ -326,18 +337,44 @@ def _gym_random_steps(
             lengths.append((length, bool(terminated)))
             length = 0
             try:
-                env.reset()
+                _, info = env.reset()
             except Exception as error:
                 found.add("reset", f"{where}: reset() after the episode raised {_one_line(error)}")
                 return lengths
     return lengths
 
 
-def _gym_rollout(env, seed: int, actions) -> list[tuple]:
-    observation, _ = env.reset(seed=seed, options=None)
+def _gym_mask(env, info):
+    """The legal actions the environment gives after a reset or step (``info["action_mask"]``,
+    else its ``action_masks()``, as heron reads them), or None."""
+    if isinstance(info, dict) and "action_mask" in info:
+        return info["action_mask"]
+    try:
+        method = env.get_wrapper_attr("action_masks")
+    except AttributeError:
+        return None
+    return method() if callable(method) else None
+
+
+def _legal_sample(action_space, mask):
+    """A random action, among the legal ones where ``mask`` is given."""
+    if mask is None:
+        return action_space.sample()
+    mask = np.asarray(mask, np.int8)
+    if isinstance(action_space, gymnasium.spaces.MultiDiscrete):
+        return action_space.sample(mask=tuple(mask.reshape(len(action_space.nvec), -1)))
+    return action_space.sample(mask=mask)
+
+
+def _gym_rollout(env, seed: int, action_space, steps: int) -> list[tuple]:
+    """Up to ``steps`` random (legal) steps from ``reset(seed=seed)``, the actions drawn from
+    ``seed + 1``: the same actions twice where the environment is deterministic."""
+    action_space.seed(seed + 1)
+    observation, info = env.reset(seed=seed, options=None)
     trace = [(np.asarray(observation), np.asarray(0.0), False, False)]
-    for action in actions:
-        observation, reward, terminated, truncated, _ = env.step(action)
+    for _ in range(steps):
+        action = _legal_sample(action_space, _gym_mask(env, info))
+        observation, reward, terminated, truncated, info = env.step(action)
         trace.append((np.asarray(observation), np.asarray(reward), terminated, truncated))
         if terminated or truncated:
             break
@@ -345,10 +382,9 @@ def _gym_rollout(env, seed: int, actions) -> list[tuple]:
 
 
 def _gym_determinism(found: _Findings, env, action_space, seed: int, steps: int) -> None:
-    action_space.seed(seed + 1)
-    actions = [action_space.sample() for _ in range(steps)]
     try:
-        first, second = _gym_rollout(env, seed, actions), _gym_rollout(env, seed, actions)
+        first = _gym_rollout(env, seed, action_space, steps)
+        second = _gym_rollout(env, seed, action_space, steps)
     except Exception as error:
         found.add("determinism", f"replaying seed {seed} raised {_one_line(error)}")
         return
@@ -377,14 +413,19 @@ def _gym_determinism(found: _Findings, env, action_space, seed: int, steps: int)
 
 
 def _gym_speed(env, action_space, steps: int, seed: int) -> float | None:
+    """Steps per second of random actions (drawn beforehand; with action masks, as each step
+    allows, their draws timed too)."""
     try:
-        env.reset(seed=seed)
-        actions = [action_space.sample() for _ in range(steps)]
+        _, info = env.reset(seed=seed)
+        masked = _gym_mask(env, info) is not None
+        actions = [None if masked else action_space.sample() for _ in range(steps)]
         start = time.perf_counter()
         for action in actions:
-            _, _, terminated, truncated, _ = env.step(action)
+            if masked:
+                action = _legal_sample(action_space, _gym_mask(env, info))
+            _, _, terminated, truncated, info = env.step(action)
             if terminated or truncated:
-                env.reset()
+                _, info = env.reset()
         elapsed = time.perf_counter() - start
     except Exception:  # already reported by the checks
         return None
@@ -419,6 +460,8 @@ def _check_jax(name: str, env, params, steps: int, seed: int) -> EnvCheck:
     lengths: list[tuple[int, bool]] = []
     if not found.by_kind and _jax_signatures(found, env, params, observation_space, seed):
         jax_env = JaxEnv(env, params, min(JAX_BATCH, steps), None, name)
+        if jax_env.spec.action_mask:
+            notes.append(MASKED_NOTE)
         lengths = _jax_rollouts(
             found, jax_env, observation_space, action_space, steps, seed, result
         )
@@ -496,15 +539,22 @@ def _jax_trace(jax_env: JaxEnv, action_space, key, length: int):
     reset_key, key = jax.random.split(key)
     state, first = jax_env.reset(reset_key)
 
-    def body(state, key):
+    def body(carry, key):
+        state, mask = carry
         act_key, env_key = jax.random.split(key)
-        actions = jax.vmap(action_space.sample)(jax.random.split(act_key, jax_env.num_envs))
+        if jax_env.spec.action_mask:  # among the legal actions
+            logits = jnp.where(mask, 0.0, -1e9).reshape(mask.shape[0], -1, mask.shape[-1])
+            actions = jax.random.categorical(act_key, logits).reshape(
+                (mask.shape[0],) + jax_env.spec.action.action_shape
+            )
+        else:
+            actions = jax.vmap(action_space.sample)(jax.random.split(act_key, jax_env.num_envs))
         state, timestep = jax_env.step(state, actions, env_key)
         trace = (timestep.observation, timestep.reward, timestep.step_type, timestep.discount)
-        return state, trace
+        return (state, timestep.action_mask), trace
 
     _, (observations, rewards, step_types, discounts) = jax.lax.scan(
-        body, state, jax.random.split(key, length)
+        body, (state, first.action_mask), jax.random.split(key, length)
     )
     observations = jnp.concatenate([first.observation[None], observations])
     return observations, rewards, step_types, discounts

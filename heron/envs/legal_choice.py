@@ -2,8 +2,8 @@
 given by its ``action_mask`` (how heron reads a gymnax environment's action masks).
 
 Each step shows a value in [0, 1) for each of 10 actions, of which a random 3 are legal. A
-legal action earns its value; an illegal one ends the episode with reward -1. Episodes last
-20 steps. The observation holds the values only, not which actions are legal: an agent that
+legal action earns its value; an illegal one ends the episode with reward -1. Episodes are
+cut after 20 steps (the time limit, a truncation). The observation holds the values only, not which actions are legal: an agent that
 acts on the mask never ends an episode early (a random legal choice earns about 20 x 0.5 =
 10 an episode, the best legal one 20 x 0.75 = 15), one that does not survives a step with
 probability 3/10.
@@ -52,8 +52,7 @@ class LegalChoice(environment.Environment):
         legal = state.legal[action]
         reward = jnp.where(legal, state.values[action], -1.0)
         next_state = self._draw(key, state.time + 1)
-        done = ~legal | (next_state.time >= params.max_steps_in_episode)
-        return self.get_obs(next_state), next_state, reward, done, {}
+        return self.get_obs(next_state), next_state, reward, ~legal, {}
 
     def get_obs(self, state, params=None, key=None):
         return state.values
