@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV)/bin/python -m pip install --quiet --no-compile -c constraints.txt -e ".[dev,ray,mujoco,atari,brax,playground,wandb]"
+	$(VENV)/bin/python -m pip install --quiet --no-compile -c constraints.txt -e ".[dev,ray,mujoco,atari,brax,playground,tune,wandb]"
 	$(VENV)/bin/python -m compileall -q -j 0 "$$($(VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
 	touch $(STAMP)
 

@@ -1,4 +1,4 @@
-"""``heron train | eval | plot | collect | check-env``: the command line.
+"""``heron train | tune | eval | plot | collect | check-env``: the command line.
 
     heron train ALGO [--env ID] [--env-module MODULE] [--steps N] [--seed S] [--num-envs E]
                      [--run-dir DIR] [--eval-every-n I] [--n-evals N]
@@ -39,6 +39,7 @@ USAGE = """usage: heron train ALGO [options] [--ALGO.FIELD VALUE ...]
        heron plot RUN_DIR [RUN_DIR ...] --out FILE.png [--temperatures T ...]
        heron collect RUN_DIR --episodes N --out DATASET [--temperature T] [--epsilon E]
        heron check-env ID [--env-module MODULE] [--steps N] [--seed S]
+       heron tune ALGO --env ID --trials N [--timeout S] [--study-dir DIR] [train options]
 run `heron train ALGO --help` for every option of an algorithm"""
 
 
@@ -492,8 +493,64 @@ def describe_os_error(error: OSError) -> str:
     return f"{where + ': ' if where else ''}{reason}{f' ({code})' if code else ''}"
 
 
+TUNE_OPTIONS = {"--trials": int, "--timeout": float, "--study-dir": str}
+
+
+def _take_options(argv: list[str], options: dict) -> tuple[dict, list[str]]:
+    """The values of ``options`` (``--opt V`` or ``--opt=V``) taken out of ``argv``, and the
+    rest."""
+    taken, rest, index = {}, [], 0
+    while index < len(argv):
+        token = argv[index]
+        name = token.split("=", 1)[0]
+        if name in options:
+            if "=" in token:
+                text = token.split("=", 1)[1]
+            elif index + 1 < len(argv):
+                index += 1
+                text = argv[index]
+            else:
+                raise UsageError(f"{name} needs a value")
+            try:
+                taken[name] = options[name](text)
+            except ValueError:
+                raise UsageError(f"{name} takes a {options[name].__name__}, got {text!r}") from None
+        else:
+            rest.append(token)
+        index += 1
+    return taken, rest
+
+
+def cmd_tune(argv: list[str]) -> dict:
+    """``heron tune ALGO --env ID --trials N [--timeout S] [--study-dir DIR] [train options]``."""
+    if argv and argv[0] in ("-h", "--help"):
+        print(TUNE_USAGE)
+        raise SystemExit(0)
+    taken, rest = _take_options(argv, TUNE_OPTIONS)
+    if "--trials" not in taken:
+        raise UsageError("heron tune needs --trials N, the number of trials of the study")
+    algo, agent_config, run = _parse_train(rest)
+    _envs().import_env_module(run.env_module)
+    programs = program_cache_dir(configure_compile_cache())
+    from heron import tune
+
+    study_dir = taken.get("--study-dir") or os.path.join(
+        "tune", f"{algo}_{run.env.replace(':', '_').replace('/', '_')}"
+    )
+    config = tune.TuneConfig(taken["--trials"], taken.get("--timeout"), study_dir, run.seed)
+    return tune.tune(algo, agent_config, run, config, program_cache=programs)
+
+
+TUNE_USAGE = """usage: heron tune ALGO --env ID --trials N [--timeout S] [--study-dir DIR] [...]
+(... any option of heron train ALGO.) Optuna (TPE, a median pruner on the greedy evaluations)
+over heron/presets/ALGO.search.toml; each trial a run directory in DIR (default
+tune/ALGO_ENV), the study in DIR/study.db (the same command resumes it), the best trial as a
+preset entry in DIR/best_preset.toml."""
+
+
 COMMANDS = {
     "train": cmd_train,
+    "tune": cmd_tune,
     "eval": cmd_eval,
     "plot": cmd_plot,
     "collect": cmd_collect,

@@ -3,10 +3,10 @@ given by its ``action_mask`` (how heron reads a gymnax environment's action mask
 
 Each step shows a value in [0, 1) for each of 10 actions, of which a random 3 are legal. A
 legal action earns its value; an illegal one ends the episode with reward -1. Episodes are
-cut after 20 steps (the time limit, a truncation). The observation holds the values only, not which actions are legal: an agent that
-acts on the mask never ends an episode early (a random legal choice earns about 20 x 0.5 =
-10 an episode, the best legal one 20 x 0.75 = 15), one that does not survives a step with
-probability 3/10.
+cut after 20 steps (the time limit, a truncation). The observation holds the values only,
+not which actions are legal: an agent that acts on the mask never ends an episode early (a
+random legal choice earns about 20 x 0.5 = 10 an episode, the best legal one 20 x 0.75 =
+15), one that does not survives a step with probability 3/10.
 """
 
 from __future__ import annotations

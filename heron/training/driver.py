@@ -18,6 +18,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -62,6 +63,9 @@ class Setup:
     programs: program_cache.Store | None = None  # where its exported programs are kept
     observers: tuple = ()  # experience [lanes, T, ...] -> {metric: value} or None, per seed
     compiled: Program | None = dataclasses.field(default=None, repr=False, compare=False)
+    # (steps, greedy returns [K]) after each evaluation's lines are written, e.g. a tuner's
+    # report; what it raises ends the run there (a pruned trial)
+    on_evaluation: Callable[[int, np.ndarray], None] | None = None
 
     @property
     def steps_per_iteration(self) -> int:
@@ -437,6 +441,8 @@ class _Loop:
             self.best = mean
             if self.best_checkpointer is not None:
                 self.best_checkpointer.save(index + 1, state, self.setup.record)
+        if setup.on_evaluation is not None:
+            setup.on_evaluation(steps, greedy)
 
     def _reached_return(self, steps: int) -> bool:
         """Whether the latest greedy evaluation reached stop_at_return on every seed (then
