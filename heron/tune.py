@@ -177,7 +177,8 @@ def tune(algo: str, agent_config, run, config: TuneConfig, program_cache=None) -
     if run.controller is not None:
         raise TuneError("--controller changes the hyperparameters a trial is scored on: remove it")
     space = search_space(algo)
-    with_values(agent_config, {name: _any_value(spec) for name, spec in space.items()})
+    # the run as a trial runs it, checked once before the study (traced, not compiled)
+    api.build(algo, with_values(agent_config, {n: _any_value(v) for n, v in space.items()}), run)
     os.makedirs(config.study_dir, exist_ok=True)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
@@ -215,19 +216,13 @@ def tune(algo: str, agent_config, run, config: TuneConfig, program_cache=None) -
         return float(value)
 
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-
-    def enough(study, _trial) -> None:
-        if len(study.get_trials(deepcopy=False, states=finished)) >= config.trials:
-            study.stop()
-
     remaining = config.trials - len(study.get_trials(deepcopy=False, states=finished))
-    if remaining > 0:
+    if remaining > 0:  # a failed trial (a sampled combination a run refuses) counts too
         study.optimize(
             objective,
-            n_trials=None,
+            n_trials=remaining,
             timeout=config.timeout,
-            callbacks=[enough],
-            catch=(ConfigError, TrainingError),  # a sampled combination a run refuses
+            catch=(ConfigError, TrainingError),
             gc_after_trial=True,
         )
     return _summary(study, algo, agent_config, run, config)
