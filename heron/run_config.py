@@ -112,8 +112,9 @@ class RunConfig:
     --no-summaries writes neither (the final JSON line is printed all the same)."""
     wandb: bool = False
     """Also log to Weights & Biases: the scalars TensorBoard gets and the run's config
-    (needs heron[wandb]). With WANDB_MODE=offline it is kept under the run directory
-    (wandb/), no network needed; ``wandb sync`` uploads it later."""
+    (needs heron[wandb]); with --no-summaries, to Weights & Biases only. With
+    WANDB_MODE=offline it is kept under the run directory (wandb/), no network needed;
+    ``wandb sync`` uploads it later."""
     wandb_project: str = "heron"
     """With wandb: the Weights & Biases project the run logs to."""
     controller: str | None = None
@@ -181,10 +182,6 @@ class RunConfig:
             raise ConfigError(
                 f"wandb_project={self.wandb_project!r} names the Weights & Biases project of "
                 "--wandb, which is off: add --wandb or remove it"
-            )
-        if self.wandb and not self.summaries:
-            raise ConfigError(
-                "wandb logs the run's summaries, which --no-summaries turns off: use one of them"
             )
         if self.wandb and importlib.util.find_spec("wandb") is None:
             raise ConfigError(

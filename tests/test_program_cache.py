@@ -130,6 +130,8 @@ def test_fields_only_the_host_reads_share_the_programs(tmp_path):
         keep_checkpoints=1,
         checkpoints=True,
         summaries=False,
+        wandb=True,
+        wandb_project="mine",
         stop_at_return=400.0,
         preset="ppo/gymnax:CartPole-v1",
         run_dir=str(tmp_path / "elsewhere"),

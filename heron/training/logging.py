@@ -42,7 +42,8 @@ class RunLogger:
         wandb: WandbSink | None = None,
     ):
         """``summaries=False`` (Trax's should_write_summaries) writes neither file; the
-        progress reports go on. ``wandb``: where the same scalars go to Weights & Biases."""
+        progress reports go on. ``wandb``: where the same scalars go to Weights & Biases
+        (with or without the files)."""
         path = os.path.join(run_dir, "metrics.jsonl")
         self._file = open(path, "a", buffering=1) if summaries else None
         self._tb_dir = os.path.join(run_dir, "tb") if tensorboard and summaries else None
@@ -63,13 +64,12 @@ class RunLogger:
         return self._writers[name]
 
     def write(self, record: dict) -> None:
-        if self._file is None:
-            return
         record = {key: _jsonable(value) for key, value in record.items()}
-        try:
-            self._file.write(json.dumps(record) + "\n")
-        except OSError as error:  # a full disk: name the file
-            raise OSError(error.errno, error.strerror, self._file.name) from error
+        if self._file is not None:
+            try:
+                self._file.write(json.dumps(record) + "\n")
+            except OSError as error:  # a full disk: name the file
+                raise OSError(error.errno, error.strerror, self._file.name) from error
         if record.get("kind") not in ("train", "eval"):
             return
         scalars = scalars_of(record)
