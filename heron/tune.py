@@ -23,7 +23,7 @@ import os
 import tomllib
 
 from heron.configs import ConfigError, from_values
-from heron.presets import FOLDER
+from heron.presets import FOLDER, SEARCH_SPACE
 
 STUDY_NAME = "heron"
 STORAGE = "study.db"
@@ -35,7 +35,7 @@ class TuneError(ConfigError):
 
 
 def search_space_path(algo: str) -> str:
-    return os.path.join(FOLDER, f"{algo}.search.toml")
+    return os.path.join(FOLDER, algo + SEARCH_SPACE)
 
 
 def search_space(algo: str) -> dict[str, dict]:
@@ -43,9 +43,9 @@ def search_space(algo: str) -> dict[str, dict]:
     path = search_space_path(algo)
     if not os.path.isfile(path):
         known = sorted(
-            name.removesuffix(".search.toml")
+            name.removesuffix(SEARCH_SPACE)
             for name in os.listdir(FOLDER)
-            if name.endswith(".search.toml")
+            if name.endswith(SEARCH_SPACE)
         )
         raise TuneError(
             f"no search space for {algo} (heron/presets/{algo}.search.toml); the algorithms "

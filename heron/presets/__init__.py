@@ -122,7 +122,14 @@ def preset(algo: str, env_id: str, choice: str = AUTO, dataset: str | None = Non
     return apply(algo, key, agents.config_class(algo)(), run)
 
 
+SEARCH_SPACE = ".search.toml"  # heron tune's search spaces, beside the presets (heron.tune)
+
+
 def listing() -> dict[str, list[str]]:
     """Every agent's preset keys, by agent."""
-    names = [f[:-5] for f in sorted(os.listdir(FOLDER)) if f.endswith(".toml")]
+    names = [
+        f.removesuffix(".toml")
+        for f in sorted(os.listdir(FOLDER))
+        if f.endswith(".toml") and not f.endswith(SEARCH_SPACE)
+    ]
     return {algo: sorted(table(algo)) for algo in names}
