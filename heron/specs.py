@@ -7,6 +7,7 @@ Spaces may come from Gymnasium or gymnax; both are read through their public att
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Literal
 
 import numpy as np
@@ -54,8 +55,35 @@ class ActionSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class ObservationPart:
+    """One leaf of a Dict or Tuple observation space: where it sits (``path``: the keys of
+    Dicts and the indices of Tuples leading to it), its shape and what it holds."""
+
+    path: tuple[str | int, ...]
+    shape: tuple[int, ...]
+    image: bool = False  # a uint8 Box in [0, 255] (see is_image_space)
+    categories: int | None = None  # a Discrete(n) part: n (its shape is ())
+
+    @property
+    def name(self) -> str:
+        """The part's keys joined with dots: ``"image"``, ``"robot.position"``, ``"0"``."""
+        return ".".join(str(key) for key in self.path)
+
+    @property
+    def size(self) -> int:
+        """Entries the part takes in a flattened observation."""
+        return math.prod(self.shape)
+
+
+@dataclasses.dataclass(frozen=True)
 class EnvSpec:
-    """Observation shape and dtype, the action spec and the episode time limit of an env."""
+    """Observation shape and dtype, the action spec and the episode time limit of an env.
+
+    A Dict or Tuple observation space is served flattened: each observation is one vector
+    [observation_shape] of its ``observation_parts`` laid one after another (``flatten_
+    observation``), so the sources, replays, datasets and checkpoints keep one array a step,
+    and the networks encode each part by itself (an embedding for a Discrete part, the conv
+    torso for images) before joining them."""
 
     observation_shape: tuple[int, ...]
     observation_dtype: Any
@@ -65,6 +93,7 @@ class EnvSpec:
     # whether time steps carry the legal actions (TimeStep.action_mask, shaped like the
     # discrete head's logits: [n], or [k, n] for k controls)
     action_mask: bool = False
+    observation_parts: tuple[ObservationPart, ...] = ()  # of a Dict/Tuple space; () for arrays
 
     @property
     def action_mask_shape(self) -> tuple[int, ...]:
@@ -125,15 +154,115 @@ def analyze_action_space(space) -> tuple[int, int]:
 
 
 def observation_shape_from_space(space) -> tuple[int, ...]:
-    """The array shape of a Box (or Discrete, as a scalar) observation space."""
+    """The array shape of a Box (or Discrete, as a scalar) observation space; of a Dict or
+    Tuple space, the flattened vector of its parts (``observation_parts_from_space``)."""
+    if _is_composite(space):
+        return (sum(part.size for part in observation_parts_from_space(space)),)
     if hasattr(space, "low") and hasattr(space, "shape") and space.shape is not None:
         return tuple(int(d) for d in space.shape)
     if _discrete_n(space) is not None:
         return ()
     raise SpaceError(
         f"unsupported observation space {_space_name(space)} ({space!r}): heron agents take "
-        "array observations (Box or Discrete); flatten Tuple/Dict spaces with a wrapper first"
+        "Box or Discrete observations, or Dict and Tuple spaces of them"
     )
+
+
+def _is_composite(space) -> bool:
+    """A Dict (``spaces`` a mapping) or Tuple (``spaces`` a sequence) space, of Gymnasium or
+    gymnax."""
+    return _space_name(space) in ("Dict", "Tuple") and hasattr(space, "spaces")
+
+
+def observation_parts_from_space(space, path: tuple = ()) -> tuple[ObservationPart, ...]:
+    """The leaves of a Dict or Tuple observation space (nested ones too), in the space's own
+    order (Gymnasium sorts a Dict's keys); () for a Box or Discrete space. Raises SpaceError
+    for a leaf that is not a Box, MultiBinary or Discrete, naming it."""
+    if not _is_composite(space):
+        if not path:
+            return ()
+        if _discrete_n(space) is not None:
+            return (ObservationPart(path, (), categories=_discrete_n(space)),)
+        if hasattr(space, "shape") and space.shape is not None and not hasattr(space, "nvec"):
+            if hasattr(space, "low") or _space_name(space) == "MultiBinary":
+                shape = tuple(int(d) for d in space.shape)
+                return (ObservationPart(path, shape, image=is_image_space(space)),)
+        name = ".".join(str(key) for key in path)
+        raise SpaceError(
+            f"unsupported part {name!r} of the observation space: {space!r}; the parts of a "
+            "Dict or Tuple observation space may be Box, MultiBinary or Discrete spaces"
+        )
+    children = space.spaces
+    items = children.items() if hasattr(children, "items") else enumerate(children)
+    parts = tuple(part for key, child in items for part in observation_parts_from_space(
+        child, (*path, key)
+    ))  # fmt: skip
+    if not parts:
+        raise SpaceError(f"the observation space {space!r} has no parts")
+    return parts
+
+
+def normalized_entries(parts) -> np.ndarray | None:
+    """Which entries [D] of flattened observations an observation normaliser may rescale:
+    those of vector parts, not of images (scaled to [0, 1] in the network) nor of Discrete
+    parts (the categories an embedding reads). None for array observations: every entry."""
+    if not parts:
+        return None
+    return np.concatenate(
+        [np.full(part.size, not part.image and part.categories is None) for part in parts]
+    )
+
+
+def _leaf(observation, path: tuple):
+    for key in path:
+        observation = observation[key]
+    return observation
+
+
+def flatten_observation(parts, observation, batch_ndim: int, dtype, xp=np):
+    """A Dict/Tuple observation (nested dicts and tuples of arrays [*batch, *part.shape]) ->
+    one array [*batch, sum of the parts' sizes] of ``dtype``, the parts in ``parts``' order.
+    ``xp`` is numpy (host environments) or jax.numpy (compiled ones)."""
+    leaves = []
+    for part in parts:
+        leaf = xp.asarray(_leaf(observation, part.path))
+        batch = leaf.shape[:batch_ndim]
+        if leaf.shape[batch_ndim:] != part.shape:
+            raise SpaceError(
+                f"observation part {part.name!r} has shape {leaf.shape[batch_ndim:]}, its "
+                f"space says {part.shape}"
+            )
+        leaves.append(leaf.reshape(batch + (part.size,)).astype(dtype))
+    return xp.concatenate(leaves, axis=-1)
+
+
+def unflatten_observation(parts, flat: np.ndarray) -> dict | tuple:
+    """The inverse of ``flatten_observation`` for arrays [..., D]: nested dicts (and tuples,
+    where the space had Tuples) of arrays [..., *part.shape]; uint8 image parts and integer
+    Discrete parts get their own dtypes back."""
+    flat = np.asarray(flat)
+    batch, offset, tree = flat.shape[:-1], 0, {}
+    for part in parts:
+        leaf = flat[..., offset : offset + part.size].reshape(batch + part.shape)
+        offset += part.size
+        if part.image:
+            leaf = leaf.astype(np.uint8)
+        elif part.categories is not None:
+            leaf = leaf.astype(np.int64)
+        node = tree
+        for key in part.path[:-1]:
+            node = node.setdefault(key, {})
+        node[part.path[-1]] = leaf
+
+    def as_tuples(node):
+        if not isinstance(node, dict):
+            return node
+        node = {key: as_tuples(child) for key, child in node.items()}
+        if all(isinstance(key, int) for key in node):
+            return tuple(node[index] for index in range(len(node)))
+        return node
+
+    return as_tuples(tree)
 
 
 def is_image_space(space) -> bool:
@@ -150,7 +279,11 @@ def is_image_space(space) -> bool:
 
 def observation_dtype_from_space(space):
     """The dtype heron keeps observations of ``space`` in: uint8 for images (a quarter of
-    float32's memory in replays; networks scale them to [0, 1]), float32 otherwise."""
+    float32's memory in replays; networks scale them to [0, 1]), float32 otherwise. A Dict
+    or Tuple space's flattened observations are uint8 where every part is an image."""
+    if _is_composite(space):
+        parts = observation_parts_from_space(space)
+        return np.uint8 if all(part.image for part in parts) else np.float32
     return np.uint8 if is_image_space(space) else np.float32
 
 

@@ -250,11 +250,13 @@ def policy_and_critic(
     """A policy of ``config``'s shape on observations ending in ``policy_head`` (default
     ``PolicyHead``, state-dependent std) and a critic of that shape ending in
     ``critic_head`` on observations beside encoded actions (``Critics.input``)."""
-    shape = spec.observation_shape
+    shape, parts = spec.observation_shape, spec.observation_parts
     if policy_head is None:
         policy_head = PolicyHead(spec.action, std="state")
-    policy = make_network(config, policy_head, shape)
-    critic = make_network(config, critic_head, shape, extra_size=action_size(spec.action))
+    policy = make_network(config, policy_head, shape, observation_parts=parts)
+    critic = make_network(
+        config, critic_head, shape, action_size(spec.action), observation_parts=parts
+    )
     return policy, critic
 
 

@@ -216,6 +216,7 @@ def make_dqn(spec: EnvSpec, config: DQNConfig, devices=None) -> Agent:
         config.network,
         DenseHead((controls_count, n_actions), None),
         spec.observation_shape,
+        observation_parts=spec.observation_parts,
     )
     burn_in, n_step = config.burn_in, config.n_step
 

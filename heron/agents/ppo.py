@@ -205,17 +205,18 @@ def normalize(advantage, mask):
 def policy_value_network(spec: EnvSpec, config: PPOConfig):
     """Policy and value heads on two towers, or on one shared torso and core; outputs
     ``{"policy": head output, "value": [...]}`` either way."""
-    shape = spec.observation_shape
+    shape, parts = spec.observation_shape, spec.observation_parts
     policy_head = PolicyHead(spec.action, initial_log_std=config.initial_log_std)
     value_head = DenseHead((), 1.0)
     if config.two_towers:
         return stack(
             {
-                "policy": make_network(config.network, policy_head, shape),
-                "value": make_network(config.network, value_head, shape),
+                "policy": make_network(config.network, policy_head, shape, observation_parts=parts),
+                "value": make_network(config.network, value_head, shape, observation_parts=parts),
             }
         )
-    return make_network(config.network, Heads({"policy": policy_head, "value": value_head}), shape)
+    heads = Heads({"policy": policy_head, "value": value_head})
+    return make_network(config.network, heads, shape, observation_parts=parts)
 
 
 def gae_batch(config: PPOConfig, update_step, experience: Experience, controls=None) -> PPOBatch:

@@ -31,8 +31,10 @@ from heron.envs.errors import EnvironmentRaised, raised_in
 from heron.specs import (
     EnvSpec,
     action_spec_from_space,
+    flatten_observation,
     observation_categories_from_space,
     observation_dtype_from_space,
+    observation_parts_from_space,
     observation_shape_from_space,
 )
 from heron.types import StepType, TimeStep
@@ -75,6 +77,7 @@ class GymEnv:
             max_episode_steps=max_episode_steps,
             observation_categories=observation_categories_from_space(obs_space),
             action_mask=self._masks_from is not None,
+            observation_parts=observation_parts_from_space(obs_space),
         )
         self._needs_reset = np.zeros(num_envs, bool)
         self._restart_seed: int | None = None
@@ -196,9 +199,17 @@ class GymEnv:
             step_type=np.full(n, StepType.FIRST, np.int32),
             reward=np.zeros(n, np.float32),
             discount=np.ones(n, np.float32),
-            observation=np.asarray(obs, self.spec.observation_dtype),
+            observation=self._observations(obs),
             action_mask=self._action_masks(info),
         )
+
+    def _observations(self, obs) -> np.ndarray:
+        """The sub-environments' observations as one array [B, *observation_shape] (a Dict
+        or Tuple observation flattened)."""
+        spec = self.spec
+        if spec.observation_parts:
+            return flatten_observation(spec.observation_parts, obs, 1, spec.observation_dtype)
+        return np.asarray(obs, spec.observation_dtype)
 
     def _reset_info(self, info) -> None:
         """Reads what a subclass needs of the reset's ``info``."""
@@ -230,6 +241,6 @@ class GymEnv:
             step_type=step_type.astype(np.int32),
             reward=np.where(reset, 0.0, reward).astype(np.float32),
             discount=np.where(cut, 0.0, 1.0).astype(np.float32),
-            observation=np.asarray(obs, self.spec.observation_dtype),
+            observation=self._observations(obs),
             action_mask=self._action_masks(info),
         )

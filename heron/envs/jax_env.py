@@ -21,8 +21,10 @@ from heron.specs import (
     SpaceError,
     action_spec_from_space,
     check_action_masks,
+    flatten_observation,
     observation_categories_from_space,
     observation_dtype_from_space,
+    observation_parts_from_space,
     observation_shape_from_space,
 )
 from heron.types import StepType, TimeStep, first_step
@@ -61,6 +63,7 @@ class JaxEnv:
             max_episode_steps=max_episode_steps,
             observation_categories=observation_categories_from_space(observation_space),
             action_mask=masked,
+            observation_parts=observation_parts_from_space(observation_space),
         )
         if masked:
             check_action_masks(self.spec, name)
@@ -72,6 +75,11 @@ class JaxEnv:
         return clone
 
     def _observation(self, obs):
+        spec = self.spec
+        if spec.observation_parts:  # a Dict or Tuple observation, flattened
+            return flatten_observation(
+                spec.observation_parts, obs, 0, spec.observation_dtype, xp=jnp
+            )
         observation = jnp.asarray(obs, self.spec.observation_dtype)
         return observation.reshape(self.spec.observation_shape)
 

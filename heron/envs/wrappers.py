@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from heron.specs import EnvSpec
+from heron.specs import EnvSpec, normalized_entries
 from heron.types import StepType, TimeStep
 
 
@@ -180,7 +180,11 @@ class ObservationPipeline:
         if not self.normalize:
             return observation
         scaled = (observation - stats.mean) / jnp.sqrt(stats.var + 1e-8)
-        return jnp.clip(scaled, -self.clip, self.clip)
+        scaled = jnp.clip(scaled, -self.clip, self.clip)
+        entries = normalized_entries(self.env_spec.observation_parts)
+        if entries is not None:  # a Dict's images and categories are the network's to read
+            scaled = jnp.where(entries, scaled, observation)
+        return scaled
 
     def normalize_reward(self, returns, reward):
         """Rewards divided by the standard deviation of the discounted returns, clipped to

@@ -163,16 +163,30 @@ class ConvTorso(nn.Module):
 
     @nn.compact
     def __call__(self, image, extra=None):
-        act = ACTIVATIONS[self.activation]
         x, batch = _images(image)
-        for features, kernel, stride in zip(
-            self.channels, self.kernel_sizes, self.strides, strict=True
-        ):
-            conv = conv_layer(
-                features, kernel, stride, kernel_init=nn.initializers.orthogonal(np.sqrt(2))
-            )
-            x = act(conv(x))
+        x = _conv_layers(x, self.channels, self.kernel_sizes, self.strides, self.activation)
         return _dense_on_features(x, batch, extra, self.hidden_sizes, self.activation)
+
+
+def _conv_layers(x, channels, kernel_sizes, strides, activation):
+    """ConvTorso's conv layers on images [N, H, W, C] (made in the calling module)."""
+    act = ACTIVATIONS[activation]
+    for features, kernel, stride in zip(channels, kernel_sizes, strides, strict=True):
+        conv = conv_layer(
+            features, kernel, stride, kernel_init=nn.initializers.orthogonal(np.sqrt(2))
+        )
+        x = act(conv(x))
+    return x
+
+
+def _impala_stacks(x, channels):
+    """ImpalaTorso's stacks on images [N, H, W, C], then ReLU (made in the calling module)."""
+    for features in channels:
+        x = conv_layer(features, 3, padding="SAME")(x)
+        x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
+        x = ResidualBlock()(x)
+        x = ResidualBlock()(x)
+    return nn.relu(x)
 
 
 def _images(image):
@@ -215,12 +229,27 @@ class ImpalaTorso(nn.Module):
     @nn.compact
     def __call__(self, image, extra=None):
         x, batch = _images(image)
-        for features in self.channels:
-            x = conv_layer(features, 3, padding="SAME")(x)
-            x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
-            x = ResidualBlock()(x)
-            x = ResidualBlock()(x)
-        return _dense_on_features(nn.relu(x), batch, extra, self.hidden_sizes, self.activation)
+        x = _impala_stacks(x, self.channels)
+        return _dense_on_features(x, batch, extra, self.hidden_sizes, self.activation)
+
+
+class ImageFeatures(nn.Module):
+    """Images [..., H, W, C] -> their feature maps, flattened [..., F]: ConvTorso's conv
+    layers (``layers``: channels, kernel sizes, strides) or, with ``layers`` None,
+    ImpalaTorso's stacks; no MLP (one image part of a Dict observation, whose features join
+    the other parts' before the MLP)."""
+
+    layers: tuple | None
+    activation: str = "relu"
+
+    @nn.compact
+    def __call__(self, image):
+        x, batch = _images(image)
+        if self.layers is None:
+            x = _impala_stacks(x, IMPALA_CHANNELS)
+        else:
+            x = _conv_layers(x, *self.layers, self.activation)
+        return x.reshape(batch + (-1,))
 
 
 def conv_output_shape(

@@ -41,12 +41,14 @@ from heron.networks.modules import (
     TORSOS,
     ConvTorso,
     Core,
+    ImageFeatures,
     ImpalaTorso,
     Torso,
     conv_output_shape,
     zero_core_state,
 )
 
+EMBEDDING_SIZE = 16  # features of each Discrete part of a Dict observation
 BODIES: dict[str, Callable] = {}  # a user's torsos by name: factory(NetworkConfig) -> module
 
 
@@ -174,16 +176,68 @@ def as_image(observation_shape: tuple[int, ...], observation):
     return as_float(observation)
 
 
+def check_parts(config: NetworkConfig, observation_shape: tuple[int, ...], parts) -> None:
+    """ConfigError where an image torso finds no image [H, W, C] among a Dict observation's
+    ``parts`` (observations [..., (history,) D]), or cannot read one of them."""
+    if config.torso not in IMAGE_TORSOS:
+        return
+    history = tuple(observation_shape[:-1])
+    images = [part for part in parts if len(part.shape) == 3]
+    if not images:
+        found = ", ".join(f"{part.name} {part.shape}" for part in parts)
+        raise ConfigError(
+            f"network.torso {config.torso} reads images [H, W, C]; no part of these Dict "
+            f"observations is one ({found}): use network.torso mlp"
+        )
+    for part in images:
+        image_shape(config, history + part.shape)
+
+
+def encoded_parts(config: NetworkConfig, observation_shape: tuple[int, ...], parts, observation):
+    """Flattened Dict observations [..., (history,) D] -> each part encoded by itself and
+    all joined, [..., F] (SB3's CombinedExtractor): an embedding of EMBEDDING_SIZE for a
+    Discrete part, the image torso's conv layers for an image part [H, W, C] under an image
+    torso (each image its own), the values as they are for the rest; uint8 images scaled to
+    [0, 1]. With history, each part's encodings of the stacked steps are joined (images
+    stacked into channels). Call it inside a compact module: it makes the encoders there."""
+    history = tuple(observation_shape[:-1])
+    batch = observation.shape[: observation.ndim - len(observation_shape)]
+    values = as_float(observation)  # a uint8 observation holds images only, now scaled
+    features, offset = [], 0
+    for part in parts:
+        x = values[..., offset : offset + part.size]
+        offset += part.size
+        if part.image and observation.dtype != jnp.uint8:
+            x = x / 255.0
+        if part.categories is not None:
+            x = nn.Embed(part.categories, EMBEDDING_SIZE)(x[..., 0].astype(jnp.int32))
+        elif len(part.shape) == 3 and config.torso in IMAGE_TORSOS:
+            x = as_image(history + part.shape, x.reshape(batch + history + part.shape))
+            x = ImageFeatures(conv_layers(config), config.activation)(x)
+        features.append(x.reshape(batch + (-1,)))
+    return jnp.concatenate(features, axis=-1)
+
+
 class _Module(nn.Module):
     config: NetworkConfig
     head: nn.Module
     observation_shape: tuple[int, ...]
+    observation_parts: tuple = ()
 
     @nn.compact
     def __call__(self, state, x, first):
         config = self.config
         observation, extra = x if isinstance(x, tuple) else (x, None)
-        if config.torso in IMAGE_TORSOS:
+        if self.observation_parts:
+            x = encoded_parts(config, self.observation_shape, self.observation_parts, observation)
+            if extra is not None:
+                x = jnp.concatenate([x, extra], axis=-1)
+            if config.torso in BODIES:
+                x = BODIES[config.torso](config)(x)
+            else:
+                style = "mlp" if config.torso in IMAGE_TORSOS else config.torso
+                x = Torso(config.hidden_sizes, config.activation, style)(x)
+        elif config.torso in IMAGE_TORSOS:
             image = as_image(self.observation_shape, observation)
             if config.torso == "impala":
                 torso = ImpalaTorso(config.hidden_sizes, config.activation)
@@ -221,17 +275,23 @@ def make_network(
     head: nn.Module,
     observation_shape: int | tuple[int, ...],
     extra_size: int = 0,
+    observation_parts: tuple = (),
 ) -> Network:
     """A network on observations [..., *observation_shape] (an int: flat vectors of that
     size), with ``extra_size`` extra features beside them when above 0 (inputs
-    ``(observation, extra)``), ending in ``head``. Raises ConfigError where the torso
-    cannot read such observations (see ``image_shape``)."""
+    ``(observation, extra)``), ending in ``head``. ``observation_parts`` (EnvSpec's) are
+    the parts of flattened Dict observations, encoded each by itself (``encoded_parts``).
+    Raises ConfigError where the torso cannot read such observations (see ``image_shape``
+    and ``check_parts``)."""
     if isinstance(observation_shape, int):
         observation_shape = (observation_shape,)
     observation_shape = tuple(observation_shape)
-    if config.torso in IMAGE_TORSOS:
+    observation_parts = tuple(observation_parts)
+    if observation_parts:
+        check_parts(config, observation_shape, observation_parts)
+    elif config.torso in IMAGE_TORSOS:
         image_shape(config, observation_shape)
-    module = _Module(config, head, observation_shape)
+    module = _Module(config, head, observation_shape, observation_parts)
 
     def initial_state(batch_shape) -> Any:
         batch_shape = (batch_shape,) if isinstance(batch_shape, int) else tuple(batch_shape)

@@ -1,6 +1,7 @@
 """``heron:<id>``: environments registered in this process, with ``register(env_id,
 factory)`` or, for an environment object, ``id_of(env)``; heron's own variants
-(``heron:CartPole-masked-v1``, ``heron:LegalChoice-v0``) are registered here."""
+(``heron:CartPole-masked-v1``, ``heron:LegalChoice-v0``,
+``heron:DictCue-v0``) are registered here."""
 
 from __future__ import annotations
 
@@ -25,7 +26,18 @@ def _legal_choice():
     return legal_choice()
 
 
-_BUILTIN_ENVS = {"CartPole-masked-v1": _masked_cartpole, "LegalChoice-v0": _legal_choice}
+def _dict_cue():
+    import_gymnax()
+    from heron.envs.dict_cue import dict_cue
+
+    return dict_cue()
+
+
+_BUILTIN_ENVS = {
+    "CartPole-masked-v1": _masked_cartpole,
+    "LegalChoice-v0": _legal_choice,
+    "DictCue-v0": _dict_cue,
+}
 
 
 # id -> factory() returning a gymnax (env, params) pair, a gymnax Environment or a gymnasium.Env.
