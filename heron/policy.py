@@ -11,6 +11,7 @@ import numpy as np
 
 from heron.api import check_has_policy, load_run
 from heron.configs import ConfigError
+from heron.specs import flatten_observation, observation_batch_ndim
 from heron.training.driver import Setup
 from heron.types import StepType, TimeStep
 
@@ -21,6 +22,7 @@ class Policy:
         policy = heron.load("runs/cartpole")           # the latest checkpoint (best=True: best)
         action = policy(observation)                   # [*obs] -> action, or [B, *obs] -> [B, ...]
         action = policy(observation, action_mask=legal)  # where the env gives action masks
+        action = policy({"image": ..., "speed": ...})  # a Dict observation, as the env gives it
         policy.reset()                                 # before new episodes (recurrent, history)
 
     Observations go through the run's pipeline (normalisation with the statistics it
@@ -54,6 +56,10 @@ class Policy:
         self._batch = None
 
     def __call__(self, observation, temperature: float | None = None, action_mask=None):
+        parts = self.spec.observation_parts
+        if parts:  # a Dict or Tuple observation, flattened as the run's environment did
+            batch_ndim = observation_batch_ndim(parts, observation)
+            observation = flatten_observation(parts, observation, batch_ndim, np.float32)
         observation = np.asarray(observation, np.float32)
         shape = self.spec.observation_shape
         single = observation.shape == shape

@@ -181,12 +181,13 @@ def observation_parts_from_space(space, path: tuple = ()) -> tuple[ObservationPa
     if not _is_composite(space):
         if not path:
             return ()
+        shape = tuple(int(d) for d in getattr(space, "shape", None) or ())
+        if _space_name(space) == "MultiBinary":  # its n is its shape, not categories
+            return (ObservationPart(path, shape),)
         if _discrete_n(space) is not None:
             return (ObservationPart(path, (), categories=_discrete_n(space)),)
-        if hasattr(space, "shape") and space.shape is not None and not hasattr(space, "nvec"):
-            if hasattr(space, "low") or _space_name(space) == "MultiBinary":
-                shape = tuple(int(d) for d in space.shape)
-                return (ObservationPart(path, shape, image=is_image_space(space)),)
+        if hasattr(space, "low") and hasattr(space, "shape") and not hasattr(space, "nvec"):
+            return (ObservationPart(path, shape, image=is_image_space(space)),)
         name = ".".join(str(key) for key in path)
         raise SpaceError(
             f"unsupported part {name!r} of the observation space: {space!r}; the parts of a "
@@ -213,10 +214,21 @@ def normalized_entries(parts) -> np.ndarray | None:
     )
 
 
-def _leaf(observation, path: tuple):
-    for key in path:
-        observation = observation[key]
+def _leaf(observation, part: ObservationPart):
+    try:
+        for key in part.path:
+            observation = observation[key]
+    except (KeyError, IndexError, TypeError):
+        raise SpaceError(
+            f"the observation has no part {part.name!r}, which its Dict/Tuple space has"
+        ) from None
     return observation
+
+
+def observation_batch_ndim(parts, observation) -> int:
+    """How many batch axes lead the parts of a Dict/Tuple ``observation``."""
+    first = parts[0]
+    return np.ndim(_leaf(observation, first)) - len(first.shape)
 
 
 def flatten_observation(parts, observation, batch_ndim: int, dtype, xp=np):
@@ -225,7 +237,7 @@ def flatten_observation(parts, observation, batch_ndim: int, dtype, xp=np):
     ``xp`` is numpy (host environments) or jax.numpy (compiled ones)."""
     leaves = []
     for part in parts:
-        leaf = xp.asarray(_leaf(observation, part.path))
+        leaf = xp.asarray(_leaf(observation, part))
         batch = leaf.shape[:batch_ndim]
         if leaf.shape[batch_ndim:] != part.shape:
             raise SpaceError(

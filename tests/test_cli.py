@@ -51,7 +51,7 @@ def test_train_eval_and_metrics_through_the_real_entry_point(tmp_path):
         (["train", "foo"], "unknown algorithm 'foo'; available: crr, dqn, ppo, sac, svg0"),
         (["train", "ppo", "--env", "CartPole-v1"], "environment ids carry their source"),
         (["train", "ppo", "--env", "gymnax:Nope-v0"], "unknown gymnax environment 'Nope-v0'"),
-        (["train", "ppo", "--env", "gym:Blackjack-v1"], "unsupported observation space Tuple"),
+        (["train", "ppo", "--env", "dict_envs:TextPartEnv"], "unsupported part 'mission'"),
         (["train", "ppo", "--ppo.discount", "1.5"], r"ppo.discount must be in [0, 1], got 1.5"),
         (
             ["train", "ppo", "--ppo.gamma", "0.9"],

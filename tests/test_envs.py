@@ -1,3 +1,4 @@
+import gymnasium
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -77,8 +78,10 @@ def test_unknown_env_ids_explain_the_naming():
 
 
 def test_unsupported_observation_space():
-    with pytest.raises(ValueError, match="unsupported observation space Tuple"):
-        envs.make("gym:Blackjack-v1")
+    with pytest.raises(ValueError, match="unsupported part 'mission' of the observation space"):
+        envs.make("dict_envs:TextPartEnv")
+    with pytest.raises(ValueError, match="unsupported observation space Text"):
+        envs.make(envs.id_of(TextObservationEnv()))
 
 
 def test_jax_env_time_limit_override():
@@ -96,3 +99,8 @@ def test_continuous_actions_are_clipped_to_the_box():
     _, at_bounds = env.step(state, jnp.array([[2.0], [-2.0]]), key)
     np.testing.assert_array_equal(outside.observation, at_bounds.observation)
     np.testing.assert_array_equal(outside.reward, at_bounds.reward)
+
+
+class TextObservationEnv(gymnasium.Env):
+    observation_space = gymnasium.spaces.Text(8)
+    action_space = gymnasium.spaces.Discrete(2)

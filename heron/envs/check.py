@@ -5,13 +5,14 @@ heron's environments.
 gymnax environment or ``(env, params)`` pair. The check plays ``steps`` random steps and
 reports each problem once, as one line naming the first step where it showed:
 
-- spaces: gymnasium (or gymnax) spaces that heron serves (Box or Discrete observations;
-  Discrete, equal-category MultiDiscrete or bounded Box actions);
+- spaces: gymnasium (or gymnax) spaces that heron serves (Box or Discrete observations, or
+  Dict and Tuple spaces of Box, MultiBinary and Discrete parts; Discrete, equal-category
+  MultiDiscrete or bounded Box actions);
 - signatures: ``reset(seed=, options=) -> (observation, info)`` and
   ``step(action) -> (observation, reward, terminated, truncated, info)`` with a number for
   the reward and bools for the flags (gymnax: ``reset_env`` / ``step_env``, which heron calls);
-- values: observations of the space's dtype and shape, finite and inside the space; finite
-  rewards;
+- values: observations of the space's dtype and shape, finite and inside the space (each
+  part of a Dict or Tuple by itself); finite rewards;
 - determinism: the same seed (JAX: key) and actions give the same observations and rewards;
 - episodes: how many ended by termination and by truncation, with notes when none ended or
   when every episode terminated after the same number of steps (a time limit must be a
@@ -197,6 +198,9 @@ def _check_gymnasium(name: str, env: gymnasium.Env, steps: int, seed: int) -> En
 
 def _check_gym_observation(found: _Findings, space, obs, where: str) -> None:
     at = lambda index: where  # one observation: the step says where
+    if isinstance(space, gymnasium.spaces.Dict | gymnasium.spaces.Tuple):
+        _check_gym_parts(found, space, obs, where)
+        return
     if isinstance(space, gymnasium.spaces.Box):
         if not isinstance(obs, np.ndarray):
             found.add(
@@ -228,6 +232,40 @@ def _check_gym_observation(found: _Findings, space, obs, where: str) -> None:
             "observation bounds",
             f"{where}: the observation {obs!r} is not in the observation space {space}",
         )
+
+
+def _check_gym_parts(found: _Findings, space, obs, where: str) -> None:
+    """Each part of a Dict or Tuple observation, checked against its own space."""
+    is_dict = isinstance(space, gymnasium.spaces.Dict)
+    keys = list(space.spaces) if is_dict else list(range(len(space.spaces)))
+    kind, wanted = ("Dict", dict) if is_dict else ("Tuple", tuple)
+    if not isinstance(obs, wanted):
+        found.add(
+            "observation type",
+            f"{where}: the observation is a {type(obs).__name__}; a {kind} observation space "
+            f"needs a {wanted.__name__} of its parts {keys}",
+        )
+        return
+    present = list(obs) if is_dict else list(range(len(obs)))
+    if sorted(map(str, present)) != sorted(map(str, keys)):
+        found.add(
+            "observation parts",
+            f"{where}: the observation has the parts {present}, the observation space {keys}",
+        )
+        return
+    for key in keys:
+        _check_gym_observation(found, space.spaces[key], obs[key], f"{where}, part {key!r}")
+
+
+def _same_observation(first, second) -> bool:
+    """Whether two observations (arrays, or Dicts and Tuples of them) are equal."""
+    first, second = jax.tree.leaves(first), jax.tree.leaves(second)
+
+    def equal(a, b) -> bool:
+        a, b = np.asarray(a), np.asarray(b)
+        return np.array_equal(a, b, equal_nan=np.issubdtype(a.dtype, np.inexact))
+
+    return len(first) == len(second) and all(map(equal, first, second))
 
 
 def _gym_reset(found: _Findings, env, observation_space, seed: int) -> bool:
@@ -371,11 +409,11 @@ def _gym_rollout(env, seed: int, action_space, steps: int) -> list[tuple]:
     ``seed + 1``: the same actions twice where the environment is deterministic."""
     action_space.seed(seed + 1)
     observation, info = env.reset(seed=seed, options=None)
-    trace = [(np.asarray(observation), np.asarray(0.0), False, False)]
+    trace = [(observation, np.asarray(0.0), False, False)]
     for _ in range(steps):
         action = _legal_sample(action_space, _gym_mask(env, info))
         observation, reward, terminated, truncated, info = env.step(action)
-        trace.append((np.asarray(observation), np.asarray(reward), terminated, truncated))
+        trace.append((observation, np.asarray(reward), terminated, truncated))
         if terminated or truncated:
             break
     return trace
@@ -388,7 +426,7 @@ def _gym_determinism(found: _Findings, env, action_space, seed: int, steps: int)
     except Exception as error:
         found.add("determinism", f"replaying seed {seed} raised {_one_line(error)}")
         return
-    if not np.array_equal(first[0][0], second[0][0], equal_nan=True):
+    if not _same_observation(first[0][0], second[0][0]):
         found.add(
             "determinism",
             f"reset(seed={seed}) twice gave different observations: draw the env's randomness "
@@ -397,7 +435,7 @@ def _gym_determinism(found: _Findings, env, action_space, seed: int, steps: int)
         return
     for t, (a, b) in enumerate(zip(first[1:], second[1:], strict=False)):
         same = (
-            np.array_equal(a[0], b[0], equal_nan=True)
+            _same_observation(a[0], b[0])
             and np.array_equal(a[1], b[1], equal_nan=True)
             and bool(a[2]) == bool(b[2])
             and bool(a[3]) == bool(b[3])
@@ -471,6 +509,11 @@ def _check_jax(name: str, env, params, steps: int, seed: int) -> EnvCheck:
 
 
 def _describe_gymnax_space(space) -> str:
+    if type(space).__name__ in ("Dict", "Tuple") and hasattr(space, "spaces"):
+        children = space.spaces
+        items = children.items() if hasattr(children, "items") else enumerate(children)
+        inner = ", ".join(f"{key}: {_describe_gymnax_space(child)}" for key, child in items)
+        return f"{type(space).__name__}({inner})"
     fields = [f"{k}={getattr(space, k)}" for k in ("n", "shape") if hasattr(space, k)]
     if hasattr(space, "dtype"):
         fields.append(f"dtype={jnp.dtype(space.dtype).name}")
@@ -478,6 +521,21 @@ def _describe_gymnax_space(space) -> str:
 
 
 def _check_jax_observation(found: _Findings, space, obs, where: str) -> None:
+    if type(space).__name__ in ("Dict", "Tuple") and hasattr(space, "spaces"):
+        children = space.spaces
+        keys = list(children) if hasattr(children, "items") else list(range(len(children)))
+        for key in keys:
+            try:
+                part = obs[key]
+            except (KeyError, IndexError, TypeError):
+                found.add(
+                    "observation parts",
+                    f"{where}: the observation has no part {key!r}, which its "
+                    f"{type(space).__name__} space has",
+                )
+                return
+            _check_jax_observation(found, children[key], part, f"{where}, part {key!r}")
+        return
     obs = jnp.asarray(obs)
     shape = getattr(space, "shape", None)
     if hasattr(space, "low") and shape is not None:

@@ -69,9 +69,10 @@ class GymEnv:
             raise ValueError(f"{name}: heron needs next-step auto-reset, the env uses {autoreset}")
         obs_space = self._env.single_observation_space
         action = action_spec_from_space(self._env.single_action_space)
+        observation_shape = observation_shape_from_space(obs_space)  # before any reset
         self._masks_from = self._find_action_masks() if action.is_discrete else None
         self.spec = EnvSpec(
-            observation_shape=observation_shape_from_space(obs_space),
+            observation_shape=observation_shape,
             observation_dtype=observation_dtype_from_space(obs_space),
             action=action,
             max_episode_steps=max_episode_steps,

@@ -32,7 +32,15 @@ from typing import Any, NamedTuple
 import gymnasium
 import numpy as np
 
-from heron.specs import EnvSpec
+from heron.specs import (
+    EnvSpec,
+    SpaceError,
+    flatten_observation,
+    observation_dtype_from_space,
+    observation_parts_from_space,
+    observation_shape_from_space,
+    unflatten_observation,
+)
 from heron.types import Experience, StepType
 
 DATA_FORMAT = "hdf5"
@@ -46,7 +54,7 @@ class DatasetError(ValueError):
 class Episode(NamedTuple):
     """One episode of T transitions, Minari's layout."""
 
-    observations: np.ndarray  # [T+1, *obs]
+    observations: np.ndarray  # [T+1, *obs] (a Dict or Tuple observation flattened)
     actions: np.ndarray  # [T, *action]
     rewards: np.ndarray  # [T]
     terminations: np.ndarray  # bool [T]: only the last may be true
@@ -96,9 +104,12 @@ class Dataset:
 
 def gym_spaces(spec: EnvSpec) -> tuple[gymnasium.Space, gymnasium.Space]:
     """Gymnasium (observation, action) spaces describing what a heron env produces and takes:
-    observations of the env's shape (uint8 images in [0, 255], float32 otherwise), and
-    Discrete / MultiDiscrete / Box actions."""
-    if np.dtype(spec.observation_dtype) == np.uint8:
+    observations of the env's shape (uint8 images in [0, 255], float32 otherwise; a Dict or
+    Tuple of its parts where the env's observations have parts), and Discrete /
+    MultiDiscrete / Box actions."""
+    if spec.observation_parts:
+        observation_space = space_of_parts(spec.observation_parts)
+    elif np.dtype(spec.observation_dtype) == np.uint8:
         observation_space = gymnasium.spaces.Box(0, 255, spec.observation_shape, np.uint8)
     else:
         observation_space = gymnasium.spaces.Box(
@@ -117,6 +128,33 @@ def gym_spaces(spec: EnvSpec) -> tuple[gymnasium.Space, gymnasium.Space]:
     return observation_space, action_space
 
 
+def space_of_parts(parts) -> gymnasium.Space:
+    """The Gymnasium Dict (or Tuple) space of observations with ``parts``: uint8 Boxes in
+    [0, 255] for images, Discrete spaces for categories, unbounded float32 Boxes for the
+    rest."""
+    tree: dict = {}
+    for part in parts:
+        if part.image:
+            leaf = gymnasium.spaces.Box(0, 255, part.shape, np.uint8)
+        elif part.categories is not None:
+            leaf = gymnasium.spaces.Discrete(part.categories)
+        else:
+            leaf = gymnasium.spaces.Box(-np.inf, np.inf, part.shape, np.float32)
+        node = tree
+        for key in part.path[:-1]:
+            node = node.setdefault(key, {})
+        node[part.path[-1]] = leaf
+
+    def as_space(node):
+        if isinstance(node, gymnasium.Space):
+            return node
+        if all(isinstance(key, int) for key in node):
+            return gymnasium.spaces.Tuple([as_space(node[i]) for i in range(len(node))])
+        return gymnasium.spaces.Dict({key: as_space(child) for key, child in node.items()})
+
+    return as_space(tree)
+
+
 def _describe_actions(spec: EnvSpec) -> str:
     action = spec.action
     if action.is_discrete:
@@ -127,7 +165,14 @@ def _describe_actions(spec: EnvSpec) -> str:
 
 def check_spaces(dataset: Dataset, spec: EnvSpec, env_id: str) -> None:
     """DatasetError unless the dataset's declared spaces are the environment's."""
-    obs_shape = tuple(dataset.observation_space.shape or ())
+    parts = _parts(dataset.observation_space)
+    if [(p.name, p.shape) for p in parts] != [(p.name, p.shape) for p in spec.observation_parts]:
+        raise DatasetError(
+            f"dataset observation space {dataset.observation_space} has the parts "
+            f"{_describe_parts(parts)}; {env_id} observations have the parts "
+            f"{_describe_parts(spec.observation_parts)}"
+        )
+    obs_shape = tuple(observation_shape_from_space(dataset.observation_space))
     if obs_shape != tuple(spec.observation_shape):
         raise DatasetError(
             f"dataset observation space has shape {obs_shape}; {env_id} observations have "
@@ -158,6 +203,19 @@ def check_spaces(dataset: Dataset, spec: EnvSpec, env_id: str) -> None:
             f"dataset action space {space} does not match {env_id}, which takes "
             f"{_describe_actions(spec)}"
         )
+
+
+def _parts(space) -> tuple:
+    try:
+        return observation_parts_from_space(space)
+    except SpaceError as error:
+        raise DatasetError(f"dataset observation space: {error}") from error
+
+
+def _describe_parts(parts) -> str:
+    if not parts:
+        return "none (one array)"
+    return ", ".join(f"{part.name} {part.shape}" for part in parts)
 
 
 # --------------------------------------------------------------------------- write / read
@@ -270,9 +328,14 @@ def _write_minari(staging, target, episodes, observation_space, action_space, me
         data_format=DATA_FORMAT,
         jpeg_encoding=False,  # lossless: a round trip is exact
     )
+    parts = _parts(observation_space)
     storage.update_episodes(
         EpisodeBuffer(
-            observations=np.asarray(e.observations),
+            observations=(
+                unflatten_observation(parts, e.observations)
+                if parts
+                else np.asarray(e.observations)
+            ),
             actions=np.asarray(e.actions),
             rewards=np.asarray(e.rewards),
             terminations=np.asarray(e.terminations),
@@ -387,13 +450,24 @@ def read_dataset(path: str | os.PathLike) -> Dataset:
     if not raw:
         raise DatasetError(f"dataset {str(path)!r} is empty: it has no episodes")
     extras_names = metadata.get("heron_extras")
-    episodes = [_episode_from_minari(r, extras_names) for r in raw]
+    parts = _parts(storage.observation_space)
+    dtype = observation_dtype_from_space(storage.observation_space) if parts else None
+    episodes = [_episode_from_minari(r, extras_names, parts, dtype) for r in raw]
     for index, episode in enumerate(episodes):
         _check_episode(episode, index)
     return Dataset(episodes, storage.observation_space, storage.action_space, metadata)
 
 
-def _episode_from_minari(raw: dict, extras_names) -> Episode:
+def _episode_from_minari(raw: dict, extras_names, parts, dtype) -> Episode:
+    """An Episode of heron's arrays: Dict or Tuple observations (``parts``) flattened to
+    ``dtype``."""
+    if parts:
+        try:
+            raw = {**raw, "observations": flatten_observation(
+                parts, raw.get("observations"), 1, dtype
+            )}  # fmt: skip
+        except (SpaceError, ValueError) as error:
+            raise DatasetError(f"episode {raw.get('id')}: observations: {error}") from error
     for field in FIELDS:
         if not isinstance(raw.get(field), np.ndarray):
             raise DatasetError(
