@@ -31,12 +31,9 @@ class Policy:
     """
 
     def __init__(self, setup: Setup, state, checkpoint: int, temperature: float = 0.0):
-        self.setup, self.checkpoint, self.temperature = setup, checkpoint, temperature
-        first_seed = jax.tree.map(lambda x: x[0], state)
-        self.agent_state = first_seed.agent_state
-        self._statistics = setup.source.observations(first_seed.source_state)
+        self.setup, self.temperature = setup, temperature
+        self.use(state, checkpoint)
         self._key = jax.random.PRNGKey(0)
-        self._batch = None
         agent, pipeline = setup.agent, setup.source.pipeline
 
         def step(agent_state, observations, carry, raw, key, temperature):
@@ -45,6 +42,14 @@ class Policy:
             return action, carry, observations
 
         self._step = jax.jit(step)
+
+    def use(self, state, checkpoint: int) -> None:
+        """Acts with another TrainState of the same run (its first seed's) from now on, the
+        compiled step kept; the episodes under way are forgotten."""
+        first_seed = jax.tree.map(lambda x: x[0], state)
+        self.agent_state, self.checkpoint = first_seed.agent_state, checkpoint
+        self._statistics = self.setup.source.observations(first_seed.source_state)
+        self._batch = None
 
     @property
     def spec(self):

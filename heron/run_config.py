@@ -117,6 +117,11 @@ class RunConfig:
     ``wandb sync`` uploads it later."""
     wandb_project: str = "heron"
     """With wandb: the Weights & Biases project the run logs to."""
+    video_every_n: int | None = integer(None, 1, optional=True)
+    """Every n-th evaluation, also record one greedy episode of the first seed's policy in
+    the environment's Gymnasium twin (gym:<id>, or gymnax:<id> with one): a GIF in
+    videos/step_<steps>.gif, shown by TensorBoard (Images, tag eval/video) and logged to
+    Weights & Biases with --wandb."""
     controller: str | None = None
     """Change hyperparameters as the run goes (Trax's controller), e.g.
     ``plateau(learning_rate, 0.5, 3)``: halve the learning rate whenever the greedy
@@ -183,6 +188,15 @@ class RunConfig:
                 f"wandb_project={self.wandb_project!r} names the Weights & Biases project of "
                 "--wandb, which is off: add --wandb or remove it"
             )
+        if self.video_every_n is not None:
+            from heron.video import render_id
+
+            render_id(self.env)  # a VideoError where the environment cannot render
+            if not (self.summaries or self.wandb):
+                raise ConfigError(
+                    "video_every_n records videos for TensorBoard and Weights & Biases; with "
+                    "--no-summaries and without --wandb nothing would show them: remove it"
+                )
         if self.wandb and importlib.util.find_spec("wandb") is None:
             raise ConfigError(
                 "wandb logging needs the wandb package: pip install 'heron[wandb]' "

@@ -101,7 +101,7 @@ def with_values(agent_config, values: dict):
 # Run fields a preset does not set: the run's identity and files, not its settings.
 NOT_PRESET_RUN_FIELDS = (
     "env", "seed", "seeds", "run_dir", "preset", "env_module", "wandb", "wandb_project",
-    "summaries", "checkpoints",
+    "video_every_n", "summaries", "checkpoints",
 )  # fmt: skip
 
 

@@ -132,6 +132,7 @@ def test_fields_only_the_host_reads_share_the_programs(tmp_path):
         summaries=False,
         wandb=True,
         wandb_project="mine",
+        video_every_n=2,
         stop_at_return=400.0,
         preset="ppo/gymnax:CartPole-v1",
         run_dir=str(tmp_path / "elsewhere"),

@@ -1,8 +1,10 @@
 """Experiment tracking: ``--wandb`` logs the scalars TensorBoard gets and the run's config to
 Weights & Biases; in offline mode (``WANDB_MODE=offline``) into the run directory, read back
-here from the run's ``.wandb`` file (LevelDB-style log records of wandb's protobufs)."""
+here from the run's ``.wandb`` file (LevelDB-style log records of wandb's protobufs).
+``--video-every-n`` adds evaluation videos, to both."""
 
 import glob
+import hashlib
 import json
 import os
 import subprocess
@@ -10,6 +12,8 @@ import sys
 
 import pytest
 import small_ppo
+from PIL import Image
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from wandb.proto import wandb_internal_pb2
 
 from heron.configs import ConfigError
@@ -52,10 +56,14 @@ def logged(run_dir):
                 {item.key: json.loads(item.value_json) for item in record.run.config.update}
             )
         elif kind == "summary":
-            row = {
-                item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                for item in record.summary.update
-            }
+            row = {}
+            for item in record.summary.update:  # a video's fields arrive as nested keys
+                key = item.key or item.nested_key[0]
+                value = json.loads(item.value_json)
+                if item.nested_key[1:]:
+                    row.setdefault(key, {})[item.nested_key[1]] = value
+                else:
+                    row[key] = value
             if "env_steps" in row:
                 rows.append(row)
     return config, rows
@@ -66,7 +74,17 @@ def test_wandb_logs_the_runs_scalars_and_config_through_the_real_entry_point(tmp
     heron = os.path.join(os.path.dirname(sys.executable), "heron")
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
     result = subprocess.run(
-        [heron, "train", "ppo", "--run-dir", str(run_dir), "--wandb", *SMALL],
+        [
+            heron,
+            "train",
+            "ppo",
+            "--run-dir",
+            str(run_dir),
+            "--wandb",
+            "--video-every-n",
+            "1",
+            *SMALL,
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -91,6 +109,22 @@ def test_wandb_logs_the_runs_scalars_and_config_through_the_real_entry_point(tmp
     assert [h["eval/return_mean/temperature_0.0"] for h in greedy] == pytest.approx(
         [line["return_mean"] for line in evals if line["temperature"] == 0.0]
     )
+    # a video of a greedy episode at each evaluation: a GIF, in TensorBoard and in wandb
+    steps = [line["step"] for line in evals if line["temperature"] == 0.0]
+    gifs = sorted(glob.glob(str(run_dir / "videos" / "step_*.gif")))
+    assert [os.path.basename(gif) for gif in gifs] == [f"step_{s:09d}.gif" for s in steps]
+    frames = Image.open(gifs[-1])
+    assert frames.size == (600, 400) and frames.n_frames >= 9  # CartPole falls after 8 steps
+    board = EventAccumulator(str(run_dir / "tb"), size_guidance={"images": 0})
+    board.Reload()
+    shown = board.Images("eval/video")
+    assert [image.step for image in shown] == steps
+    assert shown[-1].encoded_image_string == open(gifs[-1], "rb").read()
+    videos = [h for h in history if "eval/video" in h]
+    assert [h["env_steps"] for h in videos] == steps
+    assert videos[-1]["eval/video"]["_type"] == "video-file"
+    digest = hashlib.sha256(open(gifs[-1], "rb").read()).hexdigest()
+    assert videos[-1]["eval/video"]["sha256"] == digest
     # the Weights & Biases run's id is kept for a resumed run to log to the same run
     run_id = (run_dir / "wandb" / "wandb_id").read_text().strip()
     assert glob.glob(str(run_dir / "wandb" / f"offline-run-*-{run_id}"))
@@ -99,3 +133,11 @@ def test_wandb_logs_the_runs_scalars_and_config_through_the_real_entry_point(tmp
 def test_a_wandb_project_without_wandb_is_refused():
     with pytest.raises(ConfigError, match="add --wandb"):
         RunConfig(wandb_project="mine")
+
+
+def test_videos_that_could_not_be_made_or_shown_are_refused():
+    with pytest.raises(ConfigError, match="'heron:DictCue-v0' cannot be rendered"):
+        RunConfig(env="heron:DictCue-v0", video_every_n=1)
+    with pytest.raises(ConfigError, match="nothing would show them"):
+        RunConfig(video_every_n=1, summaries=False)
+    RunConfig(video_every_n=1, summaries=False, wandb=True)  # Weights & Biases shows them

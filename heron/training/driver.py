@@ -246,6 +246,11 @@ class _Loop:
                 else None
             ),
         )
+        self.videos = None
+        if run.video_every_n is not None:
+            from heron.video import EvaluationVideos
+
+            self.videos = EvaluationVideos(setup)
 
     def wall(self) -> float:
         return time.monotonic() - self.start
@@ -277,6 +282,8 @@ class _Loop:
                         break
         finally:
             self.logger.close()
+            if self.videos is not None:
+                self.videos.close()
             for checkpointer in (self.checkpointer, self.best_checkpointer):
                 if checkpointer is not None:
                     checkpointer.close()
@@ -436,6 +443,9 @@ class _Loop:
             for line in seed_lines:
                 self._write({"kind": "eval", "step": steps, "wall_s": wall, "seed": seed, **line})
         self.greedy_history.append(greedy.astype(np.float64))
+        if self.videos is not None and len(self.greedy_history) % setup.run.video_every_n == 0:
+            frames, _ = self.videos.record(state, steps)
+            self.logger.video(frames, steps, setup.seeds[0])
         mean = float(np.mean(greedy))
         if math.isfinite(mean) and mean > self.best:  # SB3's best model: the best greedy eval
             self.best = mean

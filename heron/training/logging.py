@@ -44,6 +44,7 @@ class RunLogger:
         """``summaries=False`` (Trax's should_write_summaries) writes neither file; the
         progress reports go on. ``wandb``: where the same scalars go to Weights & Biases
         (with or without the files)."""
+        self._run_dir = run_dir
         path = os.path.join(run_dir, "metrics.jsonl")
         self._file = open(path, "a", buffering=1) if summaries else None
         self._tb_dir = os.path.join(run_dir, "tb") if tensorboard and summaries else None
@@ -80,6 +81,30 @@ class RunLogger:
         writer, step = self._writer(record.get("seed")), record["step"]
         for tag, value in scalars.items():
             writer.add_scalar(tag, value, step)
+
+    def video(self, frames, step: int, seed: int | None, fps: int = 30) -> str:
+        """Writes an evaluation episode's frames [H, W, 3] as ``videos/step_<step>.gif``,
+        shows it in TensorBoard (an animated image, tag ``eval/video``, as tensorboardX's
+        add_video writes it) and logs it to Weights & Biases; returns the GIF's path."""
+        from heron.video import gif_bytes
+
+        os.makedirs(os.path.join(self._run_dir, "videos"), exist_ok=True)
+        path = os.path.join(self._run_dir, "videos", f"step_{step:09d}.gif")
+        data = gif_bytes(frames, fps)
+        with open(path, "wb") as f:
+            f.write(data)
+        if self._tb_dir is not None:
+            from tensorboardX.proto.summary_pb2 import Summary
+
+            height, width = np.shape(frames[0])[:2]
+            image = Summary.Image(
+                height=height, width=width, colorspace=3, encoded_image_string=data
+            )
+            summary = Summary(value=[Summary.Value(tag="eval/video", image=image)])
+            self._writer(seed)._get_file_writer().add_summary(summary, step)
+        if self._wandb is not None:
+            self._wandb.video(path, step, seed if self._per_seed else None)
+        return path
 
     def progress(self, steps: int, steps_per_s: float, latest_return, greedy_return) -> None:
         self._progress.update(steps, steps_per_s, latest_return, greedy_return)
@@ -150,6 +175,12 @@ class WandbSink:
         prefix = "" if seed is None else f"seed_{seed}/"
         values = {prefix + tag: value for tag, value in scalars.items()}
         self._run.log({"env_steps": step, **values})
+
+    def video(self, path: str, step: int, seed: int | None) -> None:
+        import wandb
+
+        prefix = "" if seed is None else f"seed_{seed}/"
+        self._run.log({"env_steps": step, f"{prefix}eval/video": wandb.Video(path, format="gif")})
 
     def close(self) -> None:
         self._run.finish()

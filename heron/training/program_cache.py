@@ -59,6 +59,7 @@ HOST_ONLY_RUN_FIELDS = (
     "summaries",
     "wandb",
     "wandb_project",
+    "video_every_n",
     "stop_at_return",
     "preset",
 )
