@@ -253,7 +253,7 @@ def unflatten_observation(parts, flat: np.ndarray) -> dict | tuple:
     where the space had Tuples) of arrays [..., *part.shape]; uint8 image parts and integer
     Discrete parts get their own dtypes back."""
     flat = np.asarray(flat)
-    batch, offset, tree = flat.shape[:-1], 0, {}
+    batch, offset, leaves = flat.shape[:-1], 0, []
     for part in parts:
         leaf = flat[..., offset : offset + part.size].reshape(batch + part.shape)
         offset += part.size
@@ -261,20 +261,29 @@ def unflatten_observation(parts, flat: np.ndarray) -> dict | tuple:
             leaf = leaf.astype(np.uint8)
         elif part.categories is not None:
             leaf = leaf.astype(np.int64)
+        leaves.append(leaf)
+    return nest(parts, leaves)
+
+
+def nest(parts, leaves, as_dict=dict, as_tuple=tuple):
+    """One leaf per part, nested as the parts' paths say: ``as_dict({key: child})`` where a
+    path has keys, ``as_tuple([child, ...])`` where it has indices (plain dicts and tuples
+    by default; Gymnasium's Dict and Tuple to rebuild a space)."""
+    tree: dict = {}
+    for part, leaf in zip(parts, leaves, strict=True):
         node = tree
         for key in part.path[:-1]:
             node = node.setdefault(key, {})
         node[part.path[-1]] = leaf
 
-    def as_tuples(node):
+    def build(node):
         if not isinstance(node, dict):
             return node
-        node = {key: as_tuples(child) for key, child in node.items()}
         if all(isinstance(key, int) for key in node):
-            return tuple(node[index] for index in range(len(node)))
-        return node
+            return as_tuple([build(node[index]) for index in range(len(node))])
+        return as_dict({key: build(child) for key, child in node.items()})
 
-    return as_tuples(tree)
+    return build(tree)
 
 
 def is_image_space(space) -> bool:

@@ -36,6 +36,7 @@ from heron.specs import (
     EnvSpec,
     SpaceError,
     flatten_observation,
+    nest,
     observation_dtype_from_space,
     observation_parts_from_space,
     observation_shape_from_space,
@@ -132,27 +133,16 @@ def space_of_parts(parts) -> gymnasium.Space:
     """The Gymnasium Dict (or Tuple) space of observations with ``parts``: uint8 Boxes in
     [0, 255] for images, Discrete spaces for categories, unbounded float32 Boxes for the
     rest."""
-    tree: dict = {}
-    for part in parts:
+
+    def leaf(part):
         if part.image:
-            leaf = gymnasium.spaces.Box(0, 255, part.shape, np.uint8)
-        elif part.categories is not None:
-            leaf = gymnasium.spaces.Discrete(part.categories)
-        else:
-            leaf = gymnasium.spaces.Box(-np.inf, np.inf, part.shape, np.float32)
-        node = tree
-        for key in part.path[:-1]:
-            node = node.setdefault(key, {})
-        node[part.path[-1]] = leaf
+            return gymnasium.spaces.Box(0, 255, part.shape, np.uint8)
+        if part.categories is not None:
+            return gymnasium.spaces.Discrete(part.categories)
+        return gymnasium.spaces.Box(-np.inf, np.inf, part.shape, np.float32)
 
-    def as_space(node):
-        if isinstance(node, gymnasium.Space):
-            return node
-        if all(isinstance(key, int) for key in node):
-            return gymnasium.spaces.Tuple([as_space(node[i]) for i in range(len(node))])
-        return gymnasium.spaces.Dict({key: as_space(child) for key, child in node.items()})
-
-    return as_space(tree)
+    leaves = [leaf(part) for part in parts]
+    return nest(parts, leaves, gymnasium.spaces.Dict, gymnasium.spaces.Tuple)
 
 
 def _describe_actions(spec: EnvSpec) -> str:
