@@ -1,8 +1,10 @@
 """Checkpoints, exact resume, several seeds in one program, and the save rule."""
 
 import dataclasses
+import glob
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -92,6 +94,32 @@ def test_an_interrupted_write_leaves_the_previous_checkpoint(small_ppo_run, tmp_
     from heron.cli import main
 
     assert main(["eval", run_dir, "--episodes", "2"]) == 0
+
+
+def test_tensorboard_forgets_what_a_resumed_run_repeats(small_ppo_run, tmp_path):
+    """A run killed after writing summaries past its last checkpoint: the resumed run tells
+    TensorBoard to drop them (a SessionLog START after the checkpoint's step, tensorboardX's
+    purge_step), as metrics.jsonl is cut there, so each step shows once."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.compat.proto.event_pb2 import SessionLog
+
+    run_dir = copy_run(small_ppo_run.run_dir, tmp_path)
+    for step in (12, 16):  # the run written to 1024 steps, its checkpoint at 512 (iteration 8)
+        shutil.rmtree(os.path.join(run_dir, "checkpoints", str(step)))
+    before = set(glob.glob(os.path.join(run_dir, "tb", "events.*")))
+    resume(run_dir, steps=1024)
+    (new,) = set(glob.glob(os.path.join(run_dir, "tb", "events.*"))) - before
+    starts = [
+        event.step
+        for event in EventFileLoader(new).Load()
+        if event.HasField("session_log") and event.session_log.status == SessionLog.START
+    ]
+    assert starts == [513]
+    board = EventAccumulator(os.path.join(run_dir, "tb"))
+    board.Reload()
+    shown = [event.step for event in board.Scalars("train/updates")]
+    assert shown == [line["step"] for line in metrics(run_dir) if line["kind"] == "train"]
 
 
 def test_corrupt_checkpoints_are_a_clear_error_and_nothing_is_overwritten(small_ppo_run, tmp_path):

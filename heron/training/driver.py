@@ -216,7 +216,14 @@ def seed_keys(seeds: list[int], stream: int | None = None):
 class _Loop:
     """The host side of a run: schedules, logs, checkpoints and the summary."""
 
-    def __init__(self, setup: Setup, run_dir: str, program: Program, wall_offset: float = 0.0):
+    def __init__(
+        self,
+        setup: Setup,
+        run_dir: str,
+        program: Program,
+        wall_offset: float = 0.0,
+        resumed_at: int | None = None,
+    ):
         self.setup, self.run_dir, self.program = setup, run_dir, program
         run = setup.run
         self.start = time.monotonic() - wall_offset
@@ -240,6 +247,7 @@ class _Loop:
             setup.iterations * setup.steps_per_iteration,
             seeds=run.seeds,
             summaries=run.summaries,
+            purge_step=None if resumed_at is None else resumed_at + 1,
             wandb=(
                 WandbSink(run_dir, run.wandb_project, rundir.read_config(run_dir))
                 if run.wandb
@@ -677,7 +685,7 @@ def _continue(setup: Setup, run_dir: str, rewrite_config: bool) -> dict:
     if rewrite_config:
         rundir.write_config(run_dir, setup.record)
     wall_offset = max((r.get("wall_s") or 0.0 for r in records), default=0.0)
-    loop = _Loop(setup, run_dir, program, wall_offset)
+    loop = _Loop(setup, run_dir, program, wall_offset, iteration * setup.steps_per_iteration)
     loop.greedy_history = rundir.greedy_history(records, setup.greedy_temperature, setup.seeds)
     loop.history = list(records)
     loop.advised = {r["topic"] for r in records if r.get("kind") == "note" and "topic" in r}

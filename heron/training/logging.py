@@ -40,16 +40,20 @@ class RunLogger:
         seeds: int | None = None,
         summaries: bool = True,
         wandb: WandbSink | None = None,
+        purge_step: int | None = None,
     ):
         """``summaries=False`` (Trax's should_write_summaries) writes neither file; the
         progress reports go on. ``wandb``: where the same scalars go to Weights & Biases
-        (with or without the files)."""
+        (with or without the files). ``purge_step``: the first step a resumed run writes
+        again: TensorBoard drops what the interrupted run wrote from there on (as
+        metrics.jsonl was cut before it)."""
         self._run_dir = run_dir
         path = os.path.join(run_dir, "metrics.jsonl")
         self._file = open(path, "a", buffering=1) if summaries else None
         self._tb_dir = os.path.join(run_dir, "tb") if tensorboard and summaries else None
         self._per_seed = (configured_seeds(run_dir) if seeds is None else seeds) > 1
         self._writers: dict[str, Any] = {}
+        self._purge_step = purge_step
         if self._tb_dir is not None and not self._per_seed:
             self._writer(None)
         self._progress = Progress(total_steps)
@@ -61,7 +65,8 @@ class RunLogger:
         if name not in self._writers:
             from tensorboardX import SummaryWriter
 
-            self._writers[name] = SummaryWriter(os.path.join(self._tb_dir, name))
+            path = os.path.join(self._tb_dir, name)
+            self._writers[name] = SummaryWriter(path, purge_step=self._purge_step)
         return self._writers[name]
 
     def write(self, record: dict) -> None:
