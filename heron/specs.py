@@ -156,7 +156,7 @@ def analyze_action_space(space) -> tuple[int, int]:
 def observation_shape_from_space(space) -> tuple[int, ...]:
     """The array shape of a Box (or Discrete, as a scalar) observation space; of a Dict or
     Tuple space, the flattened vector of its parts (``observation_parts_from_space``)."""
-    if _is_composite(space):
+    if is_composite_space(space):
         return (sum(part.size for part in observation_parts_from_space(space)),)
     if hasattr(space, "low") and hasattr(space, "shape") and space.shape is not None:
         return tuple(int(d) for d in space.shape)
@@ -168,7 +168,7 @@ def observation_shape_from_space(space) -> tuple[int, ...]:
     )
 
 
-def _is_composite(space) -> bool:
+def is_composite_space(space) -> bool:
     """A Dict (``spaces`` a mapping) or Tuple (``spaces`` a sequence) space, of Gymnasium or
     gymnax."""
     return _space_name(space) in ("Dict", "Tuple") and hasattr(space, "spaces")
@@ -178,7 +178,7 @@ def observation_parts_from_space(space, path: tuple = ()) -> tuple[ObservationPa
     """The leaves of a Dict or Tuple observation space (nested ones too), in the space's own
     order (Gymnasium sorts a Dict's keys); () for a Box or Discrete space. Raises SpaceError
     for a leaf that is not a Box, MultiBinary or Discrete, naming it."""
-    if not _is_composite(space):
+    if not is_composite_space(space):
         if not path:
             return ()
         shape = tuple(int(d) for d in getattr(space, "shape", None) or ())
@@ -302,7 +302,7 @@ def observation_dtype_from_space(space):
     """The dtype heron keeps observations of ``space`` in: uint8 for images (a quarter of
     float32's memory in replays; networks scale them to [0, 1]), float32 otherwise. A Dict
     or Tuple space's flattened observations are uint8 where every part is an image."""
-    if _is_composite(space):
+    if is_composite_space(space):
         parts = observation_parts_from_space(space)
         return np.uint8 if all(part.image for part in parts) else np.float32
     return np.uint8 if is_image_space(space) else np.float32

@@ -36,7 +36,12 @@ import numpy as np
 from heron.envs.errors import UnknownEnvError
 from heron.envs.jax_env import JaxEnv
 from heron.envs.registry import make_one
-from heron.specs import SpaceError, action_spec_from_space, observation_shape_from_space
+from heron.specs import (
+    SpaceError,
+    action_spec_from_space,
+    is_composite_space,
+    observation_shape_from_space,
+)
 from heron.types import StepType
 
 DETERMINISM_STEPS = 100  # steps replayed to compare two rollouts of the same seed
@@ -509,7 +514,7 @@ def _check_jax(name: str, env, params, steps: int, seed: int) -> EnvCheck:
 
 
 def _describe_gymnax_space(space) -> str:
-    if type(space).__name__ in ("Dict", "Tuple") and hasattr(space, "spaces"):
+    if is_composite_space(space):
         children = space.spaces
         items = children.items() if hasattr(children, "items") else enumerate(children)
         inner = ", ".join(f"{key}: {_describe_gymnax_space(child)}" for key, child in items)
@@ -521,7 +526,7 @@ def _describe_gymnax_space(space) -> str:
 
 
 def _check_jax_observation(found: _Findings, space, obs, where: str) -> None:
-    if type(space).__name__ in ("Dict", "Tuple") and hasattr(space, "spaces"):
+    if is_composite_space(space):
         children = space.spaces
         keys = list(children) if hasattr(children, "items") else list(range(len(children)))
         for key in keys:
