@@ -53,12 +53,12 @@ def test_an_unknown_name_lists_the_familys_names():
         envs.make("playground:cheetah-run")
 
 
-def test_dict_observations_are_refused_naming_their_keys():
-    with pytest.raises(envs.UnknownEnvError) as raised:
-        BraxStyleEnvironment(brax_envs.get_environment("fast", obs_mode="dict_state"), 10, "x")
-    assert str(raised.value) == (
-        "x observes a dict (state); heron takes an array observation from Brax-style environments"
-    )
+def test_dict_observations_are_served_as_parts():
+    env = BraxStyleEnvironment(brax_envs.get_environment("fast", obs_mode="dict_state"), 10, "x")
+    jax_env = envs.JaxEnv(env, env.default_params, 2, None, "x")
+    assert [(p.name, p.shape) for p in jax_env.spec.observation_parts] == [("state", (2,))]
+    _, first = jax_env.reset(jax.random.PRNGKey(0))
+    assert first.observation.shape == (2, 2) and first.observation.dtype == jnp.float32
 
 
 def test_termination_gives_discount_0_and_the_time_limit_truncates_with_discount_1():

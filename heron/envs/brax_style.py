@@ -4,7 +4,9 @@ actions in [-1, 1]. Seen as a gymnax environment, heron's JaxEnv batches them, a
 them and applies their time limit, so they compile into the iteration as gymnax's do.
 
 The raw environment is wrapped, not Brax's training wrappers (EpisodeWrapper,
-AutoResetWrapper): ``done`` is then termination only, and truncation stays heron's."""
+AutoResetWrapper): ``done`` is then termination only, and truncation stays heron's. A dict
+observation (Playground's ``state`` beside ``privileged_state``) is a gymnax Dict space,
+served as heron serves Dict observations (each key a part of the flattened observation)."""
 
 from __future__ import annotations
 
@@ -19,26 +21,34 @@ from heron.envs.errors import UnknownEnvError
 _gymnax = import_gymnax()
 
 
+def _box(observation):
+    """The gymnax Box of an observation (a ShapeDtypeStruct): uint8 images in [0, 255],
+    unbounded float32 values otherwise."""
+    if observation.dtype == jnp.uint8:
+        return _gymnax.environments.spaces.Box(0, 255, observation.shape, jnp.uint8)
+    return _gymnax.environments.spaces.Box(-jnp.inf, jnp.inf, observation.shape, jnp.float32)
+
+
 class BraxStyleEnvironment(_gymnax.environments.environment.Environment):
     """A Brax-style ``env`` as gymnax sees environments; its state is the wrapped ``State``."""
 
     def __init__(self, env, episode_length: int, env_id: str):
         super().__init__()
         observation = jax.eval_shape(env.reset, jax.random.PRNGKey(0)).obs
-        if isinstance(observation, Mapping):
-            raise UnknownEnvError(
-                f"{env_id} observes a dict ({', '.join(sorted(observation))}); heron takes an "
-                "array observation from Brax-style environments"
+        if isinstance(observation, Mapping):  # Playground's {"state", "privileged_state"}
+            self._observation_space = _gymnax.environments.spaces.Dict(
+                {key: _box(part) for key, part in observation.items()}
             )
-        if observation.ndim != 1:
+        elif observation.ndim != 1:
             raise UnknownEnvError(
                 f"{env_id} observes an array of shape {observation.shape}; heron takes a "
                 "vector from Brax-style environments"
             )
+        else:
+            self._observation_space = _box(observation)
         self._env = env
         self._episode_length = episode_length
         self._env_id = env_id
-        self._observation_shape = observation.shape
 
     @property
     def name(self) -> str:
@@ -57,9 +67,7 @@ class BraxStyleEnvironment(_gymnax.environments.environment.Environment):
         return state.obs, state, state.reward, state.done > 0.5, {}
 
     def observation_space(self, params):
-        return _gymnax.environments.spaces.Box(
-            -jnp.inf, jnp.inf, self._observation_shape, jnp.float32
-        )
+        return self._observation_space
 
     def action_space(self, params):
         return _gymnax.environments.spaces.Box(-1.0, 1.0, (self._env.action_size,), jnp.float32)
