@@ -12,6 +12,10 @@ from typing import Any, Literal
 
 import numpy as np
 
+# The logit of an action a mask rules out: finite, unlike -inf, so 0 * log(0) terms stay 0
+# in entropies and gradients.
+ILLEGAL_LOGIT = -1e9
+
 
 class SpaceError(ValueError):
     """An action or observation space heron cannot serve in the requested way."""

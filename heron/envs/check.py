@@ -37,6 +37,7 @@ from heron.envs.errors import UnknownEnvError
 from heron.envs.jax_env import JaxEnv
 from heron.envs.registry import make_one
 from heron.specs import (
+    ILLEGAL_LOGIT,
     SpaceError,
     action_spec_from_space,
     is_composite_space,
@@ -606,7 +607,7 @@ def _jax_trace(jax_env: JaxEnv, action_space, key, length: int):
         state, mask = carry
         act_key, env_key = jax.random.split(key)
         if jax_env.spec.action_mask:  # among the legal actions
-            logits = jnp.where(mask, 0.0, -1e9).reshape(mask.shape[0], -1, mask.shape[-1])
+            logits = jnp.where(mask, 0.0, ILLEGAL_LOGIT).reshape(mask.shape[0], -1, mask.shape[-1])
             actions = jax.random.categorical(act_key, logits).reshape(
                 (mask.shape[0],) + jax_env.spec.action.action_shape
             )

@@ -14,7 +14,7 @@ import distrax
 import jax
 import jax.numpy as jnp
 
-from heron.specs import ActionSpec
+from heron.specs import ILLEGAL_LOGIT, ActionSpec
 
 GREEDY_BELOW = 1e-6  # temperatures under this act greedily (the mode)
 _EDGE = 1e-6  # keeps squashed actions off +-1, where tanh is not invertible
@@ -121,9 +121,6 @@ class TanhGaussian(Gaussian):
 
     def kl(self, other: Gaussian):
         return self._normal().kl_divergence(other._normal())
-
-
-ILLEGAL_LOGIT = -1e9  # finite, unlike -inf: 0 * log(0) terms stay 0 in entropies and gradients
 
 
 def masked_logits(logits, action_mask):
