@@ -363,11 +363,11 @@ def cmd_eval(argv: list[str]) -> dict:
 
     result = api.evaluate_run(args.run_dir, args.episodes, args.temperature, best=args.best)
     if args.video is not None:
-        from heron import video
+        from heron.policy import record_video
 
         if args.video_episodes <= 0:
             raise UsageError(f"--video-episodes must be > 0, got {args.video_episodes}")
-        made = video.record(
+        made = record_video(
             args.run_dir, args.video, args.video_episodes, args.temperature, args.best
         )
         result.update(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+from heron import video
 from heron.api import check_has_policy, load_run
 from heron.configs import ConfigError
 from heron.specs import flatten_observation, observation_batch_ndim
@@ -128,3 +129,57 @@ def load(run_dir: str, best: bool = False, temperature: float = 0.0) -> Policy:
     check_has_policy(run_dir, "act with")
     setup, _, state, checkpoint = load_run(run_dir, best)
     return Policy(setup, state, checkpoint, temperature)
+
+
+def record_video(
+    run_dir: str,
+    out: str,
+    episodes: int = 1,
+    temperature: float = 0.0,
+    best: bool = False,
+    seed: int = 0,
+    fps: int = 30,
+) -> dict:
+    """Plays ``episodes`` episodes of ``run_dir``'s policy in its environment's Gymnasium
+    twin and writes their frames to ``out`` (``heron eval --video``); returns {"video",
+    "frames", "returns"}."""
+    import gymnasium
+
+    from heron.api import load_config
+
+    video.check_format(out)
+    name = video.render_id(load_config(run_dir)[2].env)
+    policy = load(run_dir, best=best, temperature=temperature)
+    env = gymnasium.make(name, render_mode="rgb_array")
+    try:
+        frames, returns = video.play(policy, env, episodes, seed)
+    finally:
+        env.close()
+    video.write(out, frames, fps)
+    return {"video": out, "frames": len(frames), "returns": returns}
+
+
+class EvaluationVideos:
+    """A training run's evaluation videos (``--video-every-n``): one greedy episode of the
+    current policy in the environment's Gymnasium twin, played on the host with the run's
+    observation pipeline (a ``Policy``; the first seed's, with several)."""
+
+    def __init__(self, setup: Setup):
+        import gymnasium
+
+        self._setup = setup
+        self._env = gymnasium.make(video.render_id(setup.run.env), render_mode="rgb_array")
+        self._policy = None
+
+    def record(self, state, steps: int) -> tuple[list[np.ndarray], float]:
+        """The frames of one greedy episode of ``state``'s policy (the episode seeded by
+        ``steps``) and its return."""
+        if self._policy is None:
+            self._policy = Policy(self._setup, state, steps)
+        else:
+            self._policy.use(state, steps)
+        frames, returns = video.play(self._policy, self._env, 1, steps)
+        return frames, returns[0]
+
+    def close(self) -> None:
+        self._env.close()

@@ -1,4 +1,6 @@
-"""Watching a trained agent: episodes of a run's policy rendered to a GIF or MP4.
+"""Watching a trained agent: episodes of a policy rendered to a GIF or MP4 (the policies
+themselves are heron.policy's: ``record_video`` for ``heron eval --video``,
+``EvaluationVideos`` for ``--video-every-n``).
 
     heron eval RUN_DIR --video out.gif [--episodes 2] [--temperature 0] [--best]
 
@@ -38,41 +40,26 @@ def render_id(env_id: str) -> str:
     )
 
 
-def record(
-    run_dir: str,
-    out: str,
-    episodes: int = 1,
-    temperature: float = 0.0,
-    best: bool = False,
-    seed: int = 0,
-    fps: int = 30,
-) -> dict:
-    """Plays ``episodes`` episodes of ``run_dir``'s policy and writes their frames to
-    ``out``; returns {"video", "frames", "returns"}."""
-    import gymnasium
-    import imageio.v2 as imageio
-
-    from heron import api
-    from heron import policy as policies
-
+def check_format(out: str) -> str:
+    """The suffix of the video file ``out`` (.gif or .mp4), or a VideoError."""
     suffix = os.path.splitext(out)[1].lower()
     if suffix not in FORMATS:
         raise VideoError(f"video {out!r}: unknown format {suffix or '(none)'}; use .gif or .mp4")
-    env_id = api.load_config(run_dir)[2].env
-    name = render_id(env_id)
-    policy = policies.load(run_dir, best=best, temperature=temperature)
-    env = gymnasium.make(name, render_mode="rgb_array")
-    try:
-        frames, returns = play(policy, env, episodes, seed)
-    finally:
-        env.close()
+    return suffix
+
+
+def write(out: str, frames: list[np.ndarray], fps: int = 30) -> None:
+    """Writes ``frames`` [H, W, 3] to ``out``: a GIF (``gif_bytes``) or an MP4 (imageio's
+    ffmpeg); a VideoError for another format."""
+    suffix = check_format(out)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     if suffix == ".gif":
         with open(out, "wb") as f:
             f.write(gif_bytes(frames, fps))
-    else:
-        imageio.mimsave(out, frames, fps=fps, macro_block_size=1)
-    return {"video": out, "frames": len(frames), "returns": returns}
+        return
+    import imageio.v2 as imageio
+
+    imageio.mimsave(out, frames, fps=fps, macro_block_size=1)
 
 
 def play(policy, env, episodes: int, seed: int) -> tuple[list[np.ndarray], list[float]]:
@@ -125,31 +112,3 @@ def gif_bytes(frames: list[np.ndarray], fps: int = 30) -> bytes:
         loop=0,
     )
     return buffer.getvalue()
-
-
-class EvaluationVideos:
-    """A training run's evaluation videos: one greedy episode of the current policy in the
-    environment's Gymnasium twin (``render_id``), played on the host with the run's
-    observation pipeline (``heron.load``'s ``Policy``; the first seed's, with several)."""
-
-    def __init__(self, setup):
-        import gymnasium
-
-        self._setup = setup
-        self._env = gymnasium.make(render_id(setup.run.env), render_mode="rgb_array")
-        self._policy = None
-
-    def record(self, state, steps: int) -> tuple[list[np.ndarray], float]:
-        """The frames of one greedy episode of ``state``'s policy (the episode seeded by
-        ``steps``) and its return."""
-        from heron.policy import Policy
-
-        if self._policy is None:
-            self._policy = Policy(self._setup, state, steps)
-        else:
-            self._policy.use(state, steps)
-        frames, returns = play(self._policy, self._env, 1, steps)
-        return frames, returns[0]
-
-    def close(self) -> None:
-        self._env.close()

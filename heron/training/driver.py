@@ -256,7 +256,7 @@ class _Loop:
         )
         self.videos = None
         if run.video_every_n is not None:
-            from heron.video import EvaluationVideos
+            from heron.policy import EvaluationVideos
 
             self.videos = EvaluationVideos(setup)
 
