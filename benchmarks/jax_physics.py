@@ -1,18 +1,22 @@
-"""heron's PPO beside Brax's own PPO trainer on JAX-native physics, at equal work.
+"""heron's PPO beside Brax's own PPO trainer and rejax's PPO on JAX-native physics, at equal
+work.
 
     .venv/bin/python benchmarks/jax_physics.py                          # CheetahRun, CPU preset
     .venv/bin/python benchmarks/jax_physics.py --env brax:ant --steps 1000000
     .venv/bin/python benchmarks/jax_physics.py --preset playground:CheetahRun   # on a GPU
 
-The two run on the same device, one after the other, each in a fresh process; Brax's trainer
-in its own venv (benchmarks/.venvs/brax, made from _peers/brax-requirements.txt: it needs an
-older JAX than heron pins, 0.8.3). heron runs from its shipped preset
-(``<env>@cpu`` where JAX has no GPU), Brax's ``ppo.train`` with the same envs, steps per
-update, mini-batches, epochs, discount, GAE lambda, learning rate, entropy cost, clipping,
-reward scale, observation normalisation and network sizes (Brax's policy stays its
-tanh-squashed Gaussian with a state-dependent std). Printed per system: env steps/s after
-compile (evaluations included), whole-process wall time, final and best greedy return; then
-heron's ratios. Results go to benchmarks/results/jax_physics.json.
+They run on the same device, one after the other, each in a fresh process. Brax's trainer
+runs in its own venv (benchmarks/.venvs/brax, made from _peers/brax-requirements.txt: it
+needs an older JAX than heron pins, 0.8.3); rejax 0.1.3 in another
+(benchmarks/.venvs/rejax-brax: jax 0.4.38 with brax 0.12.1) and only on ``brax:<name>``
+(rejax has no Playground adapter). heron runs from its shipped preset (``<env>@cpu`` where
+JAX has no GPU); the peers with the same envs, steps per update, mini-batches, epochs,
+discount, GAE lambda, learning rate, entropy cost, clipping, reward scale, observation
+normalisation and network sizes (Brax's policy stays its tanh-squashed Gaussian with a
+state-dependent std; rejax's its separate actor and critic optimisers and clipped value
+loss). Printed per system: env steps/s after compile (evaluations included), whole-process
+wall time, final and best greedy return; then heron's ratios. Results go to
+benchmarks/results/jax_physics.json.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from _harness import ensure_venv, run_timed
 ROOT = Path(__file__).resolve().parent.parent
 PEERS = Path(__file__).resolve().parent / "_peers"
 VENVS = Path(__file__).resolve().parent / ".venvs"
+# Each peer's venv (.venvs/<venv>, made from _peers/<venv>-requirements.txt) and script.
+PEER_RUNS = {"brax": ("brax", "brax_ppo.py"), "rejax": ("rejax-brax", "rejax_brax_ppo.py")}
 
 
 def heron_settings(env: str, preset: str) -> tuple:
@@ -36,9 +42,9 @@ def heron_settings(env: str, preset: str) -> tuple:
     return presets.preset("ppo", env, preset)
 
 
-def brax_argv(python: Path, env: str, config, run, steps: int, seed: int) -> list[str]:
-    """Brax's trainer doing heron's work: one unroll of ``unroll_length`` per env per update,
-    split into heron's mini-batches."""
+def peer_argv(python: Path, script: str, env: str, config, run, steps: int, seed: int) -> list[str]:
+    """A peer's trainer (Brax's, rejax's) doing heron's work: one unroll of ``unroll_length``
+    per env per update, split into heron's mini-batches."""
     steps_per_update = run.num_envs * config.unroll_length
     if config.sequence_length != 1 or steps_per_update % config.batch_size:
         raise SystemExit("jax_physics.py: the preset's mini-batches must be whole steps")
@@ -48,7 +54,7 @@ def brax_argv(python: Path, env: str, config, run, steps: int, seed: int) -> lis
     evals = steps // (steps_per_update * run.eval_every_n) + 1  # Brax's first is at step 0
     network = config.network
     return [
-        str(python), str(PEERS / "brax_ppo.py"), "--env", env, "--steps", str(steps),
+        str(python), str(PEERS / script), "--env", env, "--steps", str(steps),
         "--seed", str(seed), "--num-envs", str(run.num_envs),
         "--unroll-length", str(config.unroll_length),
         "--batch-size", str(run.num_envs // minibatches),
@@ -76,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", help="heron's preset key (default: <env>@cpu on a CPU)")
     parser.add_argument("--steps", type=int, help="env steps (default: the preset's)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--systems", default="heron,brax")
+    parser.add_argument("--systems", default="heron,brax,rejax")
     parser.add_argument("--timeout", type=float, default=3 * 3600.0)
     parser.add_argument("--work", default="/tmp/heron-jax-physics")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "jax_physics.json"))
@@ -105,13 +111,18 @@ def main(argv: list[str] | None = None) -> int:
             if run_dir.exists():
                 raise SystemExit(f"jax_physics.py: {run_dir} exists; remove it or pass --work")
             argv_ = heron_argv(args.env, preset, steps, args.seed, run_dir)
-        elif system == "brax":
-            python = ensure_venv(VENVS / "brax", PEERS / "brax-requirements.txt")
-            argv_ = brax_argv(python, args.env, config, run, steps, args.seed)
+        elif system in PEER_RUNS:
+            if system == "rejax" and not args.env.startswith("brax:"):
+                print(f"[rejax] skipped: rejax runs brax:<name> only, not {args.env}", flush=True)
+                continue
+            venv, script = PEER_RUNS[system]
+            python = ensure_venv(VENVS / venv, PEERS / f"{venv}-requirements.txt")
+            argv_ = peer_argv(python, script, args.env, config, run, steps, args.seed)
         else:
-            raise SystemExit(f"jax_physics.py: unknown system {system!r}; choose heron, brax")
+            choices = ", ".join(["heron", *PEER_RUNS])
+            raise SystemExit(f"jax_physics.py: unknown system {system!r}; choose {choices}")
         print(f"[{system}] {' '.join(argv_)}", flush=True)
-        child = run_timed(argv_, args.timeout, cwd=PEERS if system == "brax" else ROOT)
+        child = run_timed(argv_, args.timeout, cwd=ROOT if system == "heron" else PEERS)
         if not child.ok:
             print(f"  failed: {child.error}\n{child.stderr_tail}", flush=True)
         results[system] = {**child.to_json(), "whole_process_s": child.wall_s}
@@ -128,11 +139,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{final if final is not None else float('nan'):9.1f} "
             f"{best if best is not None else float('nan'):9.1f}"
         )
-    heron, brax = (results.get(s, {}).get("result") for s in ("heron", "brax"))
-    if heron and brax:
-        rate = heron["steps_per_s_after_compile"] / brax["steps_per_s_after_compile"]
-        whole = results["brax"]["whole_process_s"] / results["heron"]["whole_process_s"]
-        print(f"heron/brax: steps/s {rate:.2f}x, whole process {whole:.2f}x faster")
+    heron = results.get("heron", {}).get("result")
+    for peer in PEER_RUNS:
+        theirs = results.get(peer, {}).get("result")
+        if heron and theirs:
+            rate = heron["steps_per_s_after_compile"] / theirs["steps_per_s_after_compile"]
+            whole = results[peer]["whole_process_s"] / results["heron"]["whole_process_s"]
+            print(f"heron/{peer}: steps/s {rate:.2f}x, whole process {whole:.2f}x faster")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
         json.dumps({"env": args.env, "preset": preset, "steps": steps, "runs": results}, indent=1)
