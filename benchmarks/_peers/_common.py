@@ -35,6 +35,31 @@ def base_parser(description: str, modes: Iterable[str]) -> argparse.ArgumentPars
     return parser
 
 
+def equal_work_ppo_parser(description: str) -> argparse.ArgumentParser:
+    """The PPO settings benchmarks/jax_physics.py hands each peer trainer (brax_ppo.py,
+    rejax_brax_ppo.py), translated from heron's preset."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--env", required=True)
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--num-envs", type=int, required=True)
+    parser.add_argument("--unroll-length", type=int, required=True)
+    parser.add_argument("--batch-size", type=int, required=True, help="sequences a mini-batch")
+    parser.add_argument("--num-minibatches", type=int, required=True)
+    parser.add_argument("--num-epochs", type=int, required=True)
+    parser.add_argument("--discount", type=float, required=True)
+    parser.add_argument("--gae-lambda", type=float, required=True)
+    parser.add_argument("--learning-rate", type=float, required=True)
+    parser.add_argument("--entropy-cost", type=float, required=True)
+    parser.add_argument("--clip-range", type=float, required=True)
+    parser.add_argument("--reward-scale", type=float, required=True)
+    parser.add_argument("--hidden-sizes", type=int, nargs="+", required=True)
+    parser.add_argument("--activation", required=True)
+    parser.add_argument("--num-evals", type=int, required=True, help="the first at step 0")
+    parser.add_argument("--eval-episodes", type=int, required=True)
+    return parser
+
+
 def package_versions(*names: str) -> dict[str, str | None]:
     """Installed versions of ``names`` (None for a package that is missing)."""
     versions: dict[str, str | None] = {"python": platform.python_version()}

@@ -8,11 +8,10 @@ compile and the initial evaluation come before it), and every evaluation's mean 
 
 from __future__ import annotations
 
-import argparse
 import functools
 import time
 
-from _common import emit, package_versions
+from _common import emit, equal_work_ppo_parser, package_versions
 
 
 def make_env(env_id: str):
@@ -34,25 +33,7 @@ def make_env(env_id: str):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--env", required=True)
-    parser.add_argument("--steps", type=int, required=True)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--num-envs", type=int, required=True)
-    parser.add_argument("--unroll-length", type=int, required=True)
-    parser.add_argument("--batch-size", type=int, required=True, help="sequences a mini-batch")
-    parser.add_argument("--num-minibatches", type=int, required=True)
-    parser.add_argument("--num-epochs", type=int, required=True)
-    parser.add_argument("--discount", type=float, required=True)
-    parser.add_argument("--gae-lambda", type=float, required=True)
-    parser.add_argument("--learning-rate", type=float, required=True)
-    parser.add_argument("--entropy-cost", type=float, required=True)
-    parser.add_argument("--clip-range", type=float, required=True)
-    parser.add_argument("--reward-scale", type=float, required=True)
-    parser.add_argument("--hidden-sizes", type=int, nargs="+", required=True)
-    parser.add_argument("--activation", required=True)
-    parser.add_argument("--num-evals", type=int, required=True)
-    parser.add_argument("--eval-episodes", type=int, required=True)
+    parser = equal_work_ppo_parser(__doc__)
     args = parser.parse_args()
 
     start = time.perf_counter()

@@ -17,10 +17,9 @@ Prints one JSON object as its last line: wall time, steps/s between the first ev
 
 from __future__ import annotations
 
-import argparse
 import time
 
-from _common import emit, package_versions
+from _common import emit, equal_work_ppo_parser, package_versions
 
 
 def scaled(env, scale: float):
@@ -36,25 +35,7 @@ def scaled(env, scale: float):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--env", required=True, help="brax:<name>")
-    parser.add_argument("--steps", type=int, required=True)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--num-envs", type=int, required=True)
-    parser.add_argument("--unroll-length", type=int, required=True)
-    parser.add_argument("--batch-size", type=int, required=True, help="unused: num_minibatches")
-    parser.add_argument("--num-minibatches", type=int, required=True)
-    parser.add_argument("--num-epochs", type=int, required=True)
-    parser.add_argument("--discount", type=float, required=True)
-    parser.add_argument("--gae-lambda", type=float, required=True)
-    parser.add_argument("--learning-rate", type=float, required=True)
-    parser.add_argument("--entropy-cost", type=float, required=True)
-    parser.add_argument("--clip-range", type=float, required=True)
-    parser.add_argument("--reward-scale", type=float, required=True)
-    parser.add_argument("--hidden-sizes", type=int, nargs="+", required=True)
-    parser.add_argument("--activation", required=True)
-    parser.add_argument("--num-evals", type=int, required=True)
-    parser.add_argument("--eval-episodes", type=int, required=True)
+    parser = equal_work_ppo_parser(__doc__.splitlines()[0])
     args = parser.parse_args()
     source, _, name = args.env.partition(":")
     if source != "brax":
