@@ -219,16 +219,18 @@ def make_program(
         return strongly_typed(new_state), learned, metrics
 
     def iterations_one(state: TrainState, count):
-        """``count`` iterations; the first outside the loop gives the metrics' shapes."""
-        state, learned, others = iteration_one(state)
-        totals = metric_totals(learned, others)
+        """``count`` iterations, every one in the loop: the program holds one copy of the
+        iteration (a first one outside the loop doubled what XLA compiles)."""
+        _, learned, others = jax.eval_shape(iteration_one, state)
+        zeros = lambda tree: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), tree)  # noqa: E731
+        totals = metric_totals(zeros(learned), zeros(others))
 
         def body(_, carry):
             state, totals = carry
             state, learned, others = iteration_one(state)
             return state, add_metrics(totals, learned, others)
 
-        state, totals = jax.lax.fori_loop(1, count, body, (state, totals))
+        state, totals = jax.lax.fori_loop(0, count, body, (state, totals))
         return state, combined(totals)
 
     def evaluate_one(state: TrainState, key):
