@@ -26,6 +26,26 @@ def _pin_worker_to_one_core() -> None:
 
 _pin_worker_to_one_core()
 
+# The unit tests' XLA flag for the processes tests start (CHILD_XLA_FLAG below). A worker
+# inherits it from its controller, and XLA reads XLA_FLAGS once, at its first compile: taken
+# out here, before anything compiles, so that this process compiles as users' runs do
+# wherever a test asks for that.
+CHILD_XLA_FLAG = "--xla_cpu_use_fusion_emitters=false"
+
+
+def with_child_xla_flag(on: bool) -> None:
+    """XLA_FLAGS, for the processes started from now on, with the unit tests' flag or
+    without."""
+    flags = [flag for flag in os.environ.get("XLA_FLAGS", "").split() if flag != CHILD_XLA_FLAG]
+    flags += [CHILD_XLA_FLAG] * on
+    if flags:
+        os.environ["XLA_FLAGS"] = " ".join(flags)
+    else:
+        os.environ.pop("XLA_FLAGS", None)
+
+
+with_child_xla_flag(False)
+
 import contextlib
 import functools
 import shutil
@@ -56,6 +76,7 @@ def pytest_configure(config):
         path = tempfile.mkdtemp(prefix="heron-test-cache-")
         os.environ["HERON_COMPILE_CACHE"] = os.environ[RUN_CACHE] = path
     configure_compile_cache()  # as the CLI does: repeated programs compile once
+    jax.jit(lambda x: x + 1)(0)  # XLA reads XLA_FLAGS now, before the children's flag is set
     _fast_compile(True)
     import compile_stats
 
@@ -148,24 +169,27 @@ def pytest_unconfigure(config):
         del os.environ["HERON_COMPILE_CACHE"]
 
 
-# Unit tests compile with most of XLA's optimisations off (JAX's
-# ``jax_disable_most_optimizations``: LLVM at -O0, no expensive passes), which halves the
-# time XLA takes for the small programs they check, the values being the same to float
-# rounding. Learning tests (marked slow) and exactness tests (marked user_compile: resume,
-# several seeds, Ray determinism, multi-device equality) compile with the settings users
-# get. The processes a test starts (CLI runs, Ray actors) inherit its setting.
-# HERON_TEST_COMPILE=full compiles every test as users' runs are.
+# Tests compile with most of XLA's optimisations off (JAX's ``jax_disable_most_optimizations``:
+# LLVM at -O0, no expensive passes), which halves the time XLA takes for the small programs
+# they check, the values being the same to float rounding. Exactness tests (resume, signals,
+# several seeds, Ray, two devices) compare runs whose programs all compile with these same
+# options (the processes a test starts inherit them), and a program gives the same bits on
+# every run whatever its options. Learning tests (marked slow) and the tests marked
+# user_compile (the driver's exactness checked once as users' programs compile, and
+# comparisons whose tolerance only holds for optimised kernels) compile with the settings
+# users get. HERON_TEST_COMPILE=full compiles every test as users' runs are.
 FAST_COMPILE = "JAX_DISABLE_MOST_OPTIMIZATIONS"
 ALL_FULL = os.environ.get("HERON_TEST_COMPILE") == "full"
 
 
 # Unit tests' programs are also emitted by XLA's CPU elemental emitters rather than its
-# newer fusion emitters (``xla_cpu_use_fusion_emitters=false``, set per compile in this
-# process): measured here, that halves again the time XLA takes for them (a small CRR
-# iteration: 5.4 s at the setting above, 2.5 s with both). XLA takes the option per compile
-# only through the compile options JAX builds, so JAX's builder is wrapped; the option is
-# added only while most optimisations are off, so users' settings stay untouched.
-UNIT_COMPILE_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
+# newer fusion emitters (``xla_cpu_use_fusion_emitters=false``): measured here, that halves
+# again the time XLA takes for them (a small CRR iteration: 5.4 s at the setting above, 2.5 s
+# with both). In this process XLA takes the option per compile only through the compile
+# options JAX builds, so JAX's builder is wrapped and adds it while most optimisations are
+# off; the processes a test starts get it as an XLA flag (``CHILD_XLA_FLAG``), read once
+# when they start. Users' settings stay untouched.
+UNIT_COMPILE_OPTIONS = {"xla_cpu_use_fusion_emitters": False}  # CHILD_XLA_FLAG's
 
 
 def _with_unit_compile_options(get_compile_options):
@@ -187,6 +211,7 @@ def _fast_compile(on: bool) -> None:
         os.environ[FAST_COMPILE] = "1"
     else:
         os.environ.pop(FAST_COMPILE, None)
+    with_child_xla_flag(on)
     jax.config.update("jax_disable_most_optimizations", on)
 
 

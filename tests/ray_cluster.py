@@ -2,8 +2,8 @@
 127.0.0.1, 4 counted CPUs, a small object store) and its small runs (PPO's contract case on
 CartPole, 2 actors of 2 envs). Faults are injected by the environments of tests/ray_envs.py,
 armed by files: exactly one fault where one is asked for, never by chance. Runs are compared
-bit for bit, so they compile as users' runs do (the actors inherit the setting from the
-instance)."""
+bit for bit: the actors compile as the module's tests do (they inherit the setting, and the
+XLA flag that goes with it, from the instance's environment)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 PPO = CASES["ppo"].config
 JAX_ENV = "heron:CartPole-fragile-v1"
 GYM_ENV = "gym:HeronFlakyCartPole-v1"
-MARKS = [pytest.mark.ray, pytest.mark.user_compile]
+MARKS = [pytest.mark.ray]
 
 
 def local_instance(tmp_path_factory):

@@ -14,7 +14,7 @@ import sys
 import jax
 import numpy as np
 import pytest
-from conftest import build, resume, unit_compile
+from conftest import build, resume
 from contract_cases import CASES
 
 from heron import agents, api, envs
@@ -152,7 +152,6 @@ api.train(api.build({name!r}, CASES[{name!r}].config, run, program_cache=program
 """
 
 
-@pytest.mark.user_compile
 @pytest.mark.parametrize("name", NAMES)
 def test_a_run_resumed_after_sigkill_equals_the_uninterrupted_run(name, tmp_path):
     """On a JAX environment: the uninterrupted run (in this process) fulfils the contract; a
@@ -184,17 +183,11 @@ def test_a_run_resumed_after_sigkill_equals_the_uninterrupted_run(name, tmp_path
     strip = lambda lines: [{k: v for k, v in x.items() if k != "wall_s"} for x in lines]  # noqa: E731
     assert strip(_lines(run_dir)) == strip(_lines(tmp_path / "a"))
     if case.offline:
-        _learns_offline_from_collected_data(name, tmp_path / "a", tmp_path)
-
-
-def _learns_offline_from_collected_data(name, run_dir, tmp_path):
-    """An off-policy agent trains from a dataset collected from its own run's policy
-    (compiled as unit tests are: nothing here is compared bit for bit)."""
-    with unit_compile():
-        _train_offline(name, run_dir, tmp_path)
+        _train_offline(name, tmp_path / "a", tmp_path)
 
 
 def _train_offline(name, run_dir, tmp_path):
+    """An off-policy agent trains from a dataset collected from its own run's policy."""
     case = CASES[name]
     collected = api.collect(str(run_dir), 12, str(tmp_path / "data"))
     assert collected["episodes"] == 12

@@ -59,7 +59,6 @@ def _lines(run_dir):
     return [json.loads(x) for x in open(f"{run_dir}/metrics.jsonl")]
 
 
-@pytest.mark.user_compile
 def test_controls_are_logged_applied_and_resumed_exactly(tmp_path, monkeypatch):
     straight = api.train(build("ppo", PPO, _run()), str(tmp_path / "a"))
     lines = _lines(tmp_path / "a")

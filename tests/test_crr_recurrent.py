@@ -128,7 +128,6 @@ def test_acting_carries_the_states_of_the_action_taken():
         np.testing.assert_allclose(new_carry["policy"], expected_policy, atol=1e-6)
 
 
-@pytest.mark.user_compile
 def test_recurrent_crr_runs_and_resumes_through_the_driver(tmp_path, monkeypatch):
     config = CRRConfig(
         batch_size=16,

@@ -22,7 +22,6 @@ import numpy as np
 import psutil
 import pytest
 import ray_envs
-from conftest import unit_compile
 from ray_cluster import (
     GYM_ENV,
     JAX_ENV,
@@ -258,7 +257,8 @@ def test_sigterm_then_sigkill_of_the_driver_then_resume_equals_the_uninterrupted
 def test_a_two_device_learner_with_two_actors_equals_the_one_device_learner(
     cluster, baseline, tmp_path
 ):
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2"
+    env = {**os.environ, "XLA_FLAGS": flags}  # and the tests' own, for the same kernels
     driver = _driver(small_run(cluster[0]), tmp_path / "run", env=env, stderr=subprocess.PIPE)
     _, err = driver.communicate(timeout=600)
     assert driver.returncode == 0, err[-3000:]
@@ -282,8 +282,7 @@ def test_one_actor_equals_the_in_process_run(cluster, tmp_path):
 
 def test_policy_lag_one_acts_one_version_behind(cluster, tmp_path):
     run = small_run(cluster[0], steps=256, dist={"policy_lag": 1})
-    with unit_compile():  # what the actors were sent, not what was learnt: no exactness
-        summary = train(run, tmp_path / "a")
+    summary = train(run, tmp_path / "a")
     records = lines(tmp_path / "a")
     assert [line["dist/policy_lag_max"] for line in records] == [0.0] + [1.0] * 7
     assert summary["dist"]["policy_lag_max"] == 1.0
@@ -292,8 +291,7 @@ def test_policy_lag_one_acts_one_version_behind(cluster, tmp_path):
 def test_sigkill_of_an_actor_in_an_asynchronous_run(cluster, tmp_path):
     ray_envs.arm(cluster[1], ray_envs.KILL)
     run = small_run(cluster[0], steps=512, dist={"driver": "async", "learn_queue_cap": 2})
-    with unit_compile():  # counts of unrolls and restarts: no exactness
-        summary = train(run, tmp_path / "run")
+    summary = train(run, tmp_path / "run")
     assert not os.path.exists(os.path.join(cluster[1], ray_envs.KILL))
     assert summary["dist"]["actor_restarts"] == 1 and summary["dist"]["unrolls_lost"] == 0
     records = lines(tmp_path / "run")
@@ -318,8 +316,7 @@ def test_an_asynchronous_off_policy_run_keeps_its_replay_ratio_and_drops_old_unr
     config = dataclasses.replace(CASES["crr"].config, batch_size=4)  # ratio 0.5, unroll 2
     dist = {"driver": "async", "learn_queue_cap": 2, "max_policy_lag": 1}
     run = small_run(cluster[0], steps=128, dist=dist)  # 2 unrolls x 2 envs x 2 steps a time
-    with unit_compile():  # counts only
-        summary = api.train(api.build("crr", config, run), str(tmp_path / "run"))
+    summary = api.train(api.build("crr", config, run), str(tmp_path / "run"))
     records = lines(tmp_path / "run")
     steps_per_iteration = 2 * 2 * config.unroll_length
     assert [line["iteration"] for line in records] == list(range(1, 17))
@@ -341,16 +338,13 @@ def test_an_environment_that_always_raises_stops_the_run_in_one_line_and_once_is
 ):
     """A Gymnasium environment that raises in every incarnation of its actor stops the run
     in one line once ``dist.max_actor_restarts`` is spent, its last checkpoint kept; resumed
-    with the environment raising once more, the actor is restarted and the run ends. Fault
-    handling only, no exactness: the learner here compiles as unit tests do (its programs
-    call the actors and a Gymnasium env, so no run's cache could serve them)."""
+    with the environment raising once more, the actor is restarted and the run ends."""
     ray_envs.arm(cluster[1], ray_envs.RAISE_ALWAYS)
     run_dir = tmp_path / "run"
     argv = small_run_argv(cluster[0], run_dir, GYM_ENV, 256)
     argv += ["--save-every-n", "1", "--dist.max-actor-restarts", "1"]
     try:
-        with unit_compile():
-            status = cli.main(argv)
+        status = cli.main(argv)
     finally:
         os.unlink(os.path.join(cluster[1], ray_envs.RAISE_ALWAYS))
     errors = [line for line in capfd.readouterr().err.splitlines() if "heron: error" in line]
@@ -362,8 +356,7 @@ def test_an_environment_that_always_raises_stops_the_run_in_one_line_and_once_is
     assert saved is not None and saved <= 4  # the resumption's actors step past FAULT_AFTER
     restarts = next(line for line in lines(run_dir) if line["iteration"] == saved)
     ray_envs.arm(cluster[1], ray_envs.RAISE_ONCE)
-    with unit_compile():
-        resumed = api.resume(str(run_dir))
+    resumed = api.resume(str(run_dir))
     assert not os.path.exists(os.path.join(cluster[1], ray_envs.RAISE_ONCE))  # it fired
     assert resumed["steps"] == 256
     assert resumed["dist"]["actor_restarts"] == restarts["dist/actor_restarts"] + 1

@@ -104,7 +104,6 @@ def test_check_env_plays_a_brax_env(capsys):
     assert '"env": "brax:fast", "ok": true' in capsys.readouterr().out
 
 
-@pytest.mark.user_compile
 def test_ppo_on_a_brax_env_resumes_exactly_and_runs_two_seeds(tmp_path, monkeypatch):
     """The shared small PPO on Brax's test environment (Playground's compile for minutes on
     2 cores; their states' checkpoints are checked above): 16 iterations straight, and

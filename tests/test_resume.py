@@ -36,7 +36,6 @@ RECURRENT_PPO = dataclasses.replace(
 )
 
 
-@pytest.mark.user_compile
 @pytest.mark.parametrize(
     "overrides, ppo",
     [
@@ -159,7 +158,6 @@ def _train_params(seed, seeds, iterations=16):
     return jax.device_get((state.agent_state.params, metrics))
 
 
-@pytest.mark.user_compile
 def test_several_seeds_report_per_seed_and_follow_the_single_runs(tmp_path):
     """Seeds 5-7 in one program: lines and a summary per seed. Each follows the single run
     with the same keys. XLA's batched CPU kernels round differently from unbatched ones

@@ -18,7 +18,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 import small_ppo
-from conftest import copy_run, users_compile
+from conftest import copy_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -40,10 +40,9 @@ TINY = [
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     """PPO on gymnax CartPole for 2 iterations of 64 steps, a checkpoint after each
-    (compiled as users' runs: a resumption of it is compared with one of a copy)."""
+    (a resumption of it is compared with one of a copy)."""
     run_dir = tmp_path_factory.mktemp("tiny") / "run"
-    with users_compile():
-        assert main(["train", "ppo", "--run-dir", str(run_dir), *TINY]) == 0
+    assert main(["train", "ppo", "--run-dir", str(run_dir), *TINY]) == 0
     assert checkpoints.all_steps(str(run_dir)) == [1, 2]
     return run_dir
 
@@ -257,7 +256,6 @@ def test_digests_are_written_and_verified(tiny_run):
         assert len(json.load(open(digest))) >= 5  # every file orbax wrote
 
 
-@pytest.mark.user_compile
 def test_a_corrupt_latest_checkpoint_falls_back_and_resume_completes(tiny_run, tmp_path, capsys):
     intact = copy_run(tiny_run, tmp_path / "intact")
     damaged = copy_run(tiny_run, tmp_path / "damaged")

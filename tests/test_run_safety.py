@@ -12,7 +12,7 @@ import time
 
 import pytest
 import small_ppo
-from conftest import copy_run, users_compile
+from conftest import copy_run
 from small_ppo import PPO, build
 
 from heron import api
@@ -83,13 +83,11 @@ def long_run(tmp_path_factory):
     """The shared run for 128 iterations without a scheduled checkpoint, in this process:
     what the signalled command-line runs below must end with once resumed."""
     run_dir = tmp_path_factory.mktemp("long") / "run"
-    with users_compile():  # as the signalled runs are
-        run = small_ppo.run(steps=8192, save_every_n=1000)
-        return api.train(build(run_config=run), str(run_dir))
+    run = small_ppo.run(steps=8192, save_every_n=1000)
+    return api.train(build(run_config=run), str(run_dir))
 
 
 @pytest.mark.parametrize("signal_number, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-@pytest.mark.user_compile
 def test_a_signal_saves_a_checkpoint_and_resume_continues_exactly(
     long_run, tmp_path, signal_number, status
 ):
@@ -107,7 +105,6 @@ def test_a_signal_saves_a_checkpoint_and_resume_continues_exactly(
     assert resumed["params_digest"] == expected["params_digest"]
 
 
-@pytest.mark.user_compile
 def test_a_run_that_failed_before_its_first_checkpoint_starts_again_on_resume(
     tmp_path, monkeypatch, capsys
 ):

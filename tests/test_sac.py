@@ -394,7 +394,6 @@ def test_discrete_actions_are_refused_naming_the_spaces_sac_serves(spec):
 # ----------------------------------------------------------------- the CLI
 
 
-@pytest.mark.user_compile  # the contract run's programs (tests/test_contract.py), shared
 def test_sac_from_the_cli(tmp_path, capsys):
     """The contract's SAC given on the command line: every option reaches the run's config."""
     from contract_cases import CASES, RUN_FLAGS, flags

@@ -463,7 +463,6 @@ def test_recurrent_svg0_trains_through_the_driver(tmp_path):
     assert summary["steps"] == 256 and summary["final_eval_return"] is not None
 
 
-@pytest.mark.user_compile  # the contract run's programs (tests/test_contract.py), shared
 def test_svg0_with_prior_from_the_cli(tmp_path, capsys):
     """The contract's SVG0 (with its prior) given on the command line: every option reaches
     the run's config."""

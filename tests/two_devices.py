@@ -1,14 +1,16 @@
 """Run in a subprocess with two forced CPU devices (XLA_FLAGS must be set before jax is
-imported): for every agent of tests/contract_cases.py, the same ``learn`` call on the same
-replay state with the learner on one device and split over two; prints the largest
-differences as a JSON line. With a run directory argument, also trains a short run with the
-learner on two devices and prints its summary."""
+imported; the test's own flags are kept, and its compile settings): for every agent of
+tests/contract_cases.py, the same ``learn`` call on the same replay state with the learner
+on one device and split over two; prints the largest differences as a JSON line. With a
+run directory argument, also trains a short run with the learner on two devices and prints
+its summary."""
 
 import json
 import os
 import sys
 
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+FLAGS = os.environ.get("XLA_FLAGS", "")
+os.environ["XLA_FLAGS"] = f"{FLAGS} --xla_force_host_platform_device_count=2"
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -43,9 +45,6 @@ def compare(name: str) -> dict:
     and one on two, from the same state and key."""
     case = CASES[name]
     setup = api.build(name, case.config, small_run(case.jax_env))
-    # The replay state the learns start from is made by programs compiled as unit tests'
-    # are (both learns read the same one); the learns compile as users' programs do.
-    jax.config.update("jax_disable_most_optimizations", True)
     state = jax.tree.map(lambda x: x[0], setup.program().init(seed_keys([0])))
     collect = jax.jit(setup.source.collect, static_argnums=0)
     add = jax.jit(setup.replay.add)
@@ -57,7 +56,6 @@ def compare(name: str) -> dict:
         source_state, steps = collect(setup.agent, state.agent_state, source_state, key)
         replay_state = add(replay_state, steps)
     state = state._replace(replay_state=replay_state, source_state=source_state)
-    jax.config.update("jax_disable_most_optimizations", False)
     key = jax.random.PRNGKey(7)
     one = agents.make(name, setup.agent.spec, case.config, devices=jax.devices()[:1])
     two = agents.make(name, setup.agent.spec, case.config, devices=jax.devices()[:2])
