@@ -220,34 +220,18 @@ def compiled_as_users(node) -> bool:
 
 
 @contextlib.contextmanager
-def _compiling_fast(on: bool):
-    before = jax.config.read("jax_disable_most_optimizations")
-    _fast_compile(on)
+def _compile_settings(node):
+    """Inside the block, ``node`` (a test or a module) compiles as users' runs do if it is
+    marked so."""
+    if not compiled_as_users(node):
+        yield
+        return
+    before = jax.config.read("jax_disable_most_optimizations")  # a module's, around a test
+    _fast_compile(False)
     try:
         yield
     finally:
         _fast_compile(before)
-
-
-def users_compile():
-    """Compiles as users' runs do inside the block (for a module fixture that a
-    ``user_compile`` test compares with: the module's other tests compile fast)."""
-    return _compiling_fast(False)
-
-
-def unit_compile():
-    """Compiles as unit tests do inside the block (the part of a ``user_compile`` test that
-    checks no exactness and no learning)."""
-    return _compiling_fast(True)
-
-
-@contextlib.contextmanager
-def _compile_settings(node):
-    if not compiled_as_users(node):
-        yield
-        return
-    with users_compile():
-        yield
 
 
 @pytest.fixture(scope="module", autouse=True)

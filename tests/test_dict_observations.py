@@ -244,8 +244,8 @@ def test_gymnasium_dict_observations_through_training_collection_and_offline(tmp
     assert raw["picture"].dtype == np.uint8 and raw["picture"].shape == (11, 3, 3, 1)
     np.testing.assert_array_equal(raw["cue"], observations[:, 0])
     offline = tmp_path / "crr"
-    argv = ["train", "crr", "--dataset", str(data), "--steps", "64", "--eval-every-n", "64"]
-    assert main([*argv, "--run-dir", str(offline)]) == 0
+    argv = ["train", "crr", "--dataset", str(data), "--steps", "64", "--eval-every-n", "4"]
+    assert main([*argv, "--updates-per-iteration", "16", "--run-dir", str(offline)]) == 0
     lines = [json.loads(line) for line in open(offline / "metrics.jsonl")]
     assert any(line["kind"] == "eval" for line in lines)
 
