@@ -26,18 +26,19 @@ def _pin_worker_to_one_core() -> None:
 
 _pin_worker_to_one_core()
 
-# The unit tests' XLA flag for the processes tests start (CHILD_XLA_FLAG below). A worker
-# inherits it from its controller, and XLA reads XLA_FLAGS once, at its first compile: taken
-# out here, before anything compiles, so that this process compiles as users' runs do
-# wherever a test asks for that.
-CHILD_XLA_FLAG = "--xla_cpu_use_fusion_emitters=false"
+# XLA options of the unit tests' compiles (why: below, at _with_unit_compile_options), and
+# the same as XLA flags for the processes tests start. A worker inherits those flags from
+# its controller, and XLA reads XLA_FLAGS once, at its first compile: taken out here, before
+# anything compiles, so that this process compiles as users' runs do wherever a test asks.
+UNIT_COMPILE_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
+CHILD_XLA_FLAGS = [f"--{name}={str(value).lower()}" for name, value in UNIT_COMPILE_OPTIONS.items()]
 
 
 def with_child_xla_flag(on: bool) -> None:
-    """XLA_FLAGS, for the processes started from now on, with the unit tests' flag or
+    """XLA_FLAGS, for the processes started from now on, with the unit tests' flags or
     without."""
-    flags = [flag for flag in os.environ.get("XLA_FLAGS", "").split() if flag != CHILD_XLA_FLAG]
-    flags += [CHILD_XLA_FLAG] * on
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if f not in CHILD_XLA_FLAGS]
+    flags += CHILD_XLA_FLAGS * on
     if flags:
         os.environ["XLA_FLAGS"] = " ".join(flags)
     else:
@@ -187,9 +188,8 @@ ALL_FULL = os.environ.get("HERON_TEST_COMPILE") == "full"
 # again the time XLA takes for them (a small CRR iteration: 5.4 s at the setting above, 2.5 s
 # with both). In this process XLA takes the option per compile only through the compile
 # options JAX builds, so JAX's builder is wrapped and adds it while most optimisations are
-# off; the processes a test starts get it as an XLA flag (``CHILD_XLA_FLAG``), read once
+# off; the processes a test starts get it as an XLA flag (``CHILD_XLA_FLAGS``), read once
 # when they start. Users' settings stay untouched.
-UNIT_COMPILE_OPTIONS = {"xla_cpu_use_fusion_emitters": False}  # CHILD_XLA_FLAG's
 
 
 def _with_unit_compile_options(get_compile_options):
