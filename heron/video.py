@@ -1,6 +1,6 @@
 """Watching a trained agent: episodes of a policy rendered to a GIF or MP4 (the policies
-themselves are heron.policy's: ``record_video`` for ``heron eval --video``,
-``EvaluationVideos`` for ``--video-every-n``).
+themselves are heron.policy's ``record_video`` for ``heron eval --video`` and
+heron.acting's ``EvaluationVideos`` for ``--video-every-n``).
 
     heron eval RUN_DIR --video out.gif [--episodes 2] [--temperature 0] [--best]
 

@@ -256,7 +256,7 @@ class _Loop:
         )
         self.videos = None
         if run.video_every_n is not None:
-            from heron.policy import EvaluationVideos
+            from heron.acting import EvaluationVideos
 
             self.videos = EvaluationVideos(setup)
 
