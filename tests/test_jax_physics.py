@@ -12,11 +12,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import small_ppo
 from brax import envs as brax_envs
-from conftest import train_until_checkpoint
+from conftest import build, resume, train_until_checkpoint
 
-from heron import envs
+from heron import envs, presets
 from heron.api import train
 from heron.cli import main
 from heron.envs.brax_style import BraxStyleEnvironment
@@ -104,19 +103,27 @@ def test_check_env_plays_a_brax_env(capsys):
     assert '"env": "brax:fast", "ok": true' in capsys.readouterr().out
 
 
-def test_ppo_on_a_brax_env_resumes_exactly_and_runs_two_seeds(tmp_path, monkeypatch):
-    """The shared small PPO on Brax's test environment (Playground's compile for minutes on
-    2 cores; their states' checkpoints are checked above): 16 iterations straight, and
-    stopped after checkpoint 8 then resumed, end with the same parameters; two seeds in one
-    program differ."""
-    run = small_ppo.run(env="brax:fast", steps=1024)
-    straight = train(small_ppo.build(run_config=run), str(tmp_path / "straight"))
+def test_the_cpu_sized_ppo_preset_on_a_brax_env_resumes_exactly_and_runs_two_seeds(
+    tmp_path, monkeypatch
+):
+    """``brax:ant@cpu``'s PPO (128 envs x 64 steps an iteration, 8 epochs of 8 mini-batches,
+    64x64 swish) on Brax's test environment (Ant's and Playground's programs compile for
+    minutes at the unit tests' settings; their states' checkpoints are checked above): three
+    iterations straight, and stopped after checkpoint 2 then resumed, end with the same
+    parameters; two seeds in one program differ."""
+    config, run = presets.preset("ppo", "brax:ant@cpu")
+    iteration = run.num_envs * config.unroll_length
+    run = dataclasses.replace(
+        run, env="brax:fast", steps=3 * iteration, eval_every_n=3, save_every_n=1,
+        done_frac_for_policy_save=0.0,
+    )  # fmt: skip
+    straight = train(build("ppo", config, run), str(tmp_path / "straight"))
     interrupted = str(tmp_path / "interrupted")
-    train_until_checkpoint(monkeypatch, small_ppo.build(run_config=run), interrupted, kill_at=8)
-    resumed = small_ppo.resume(interrupted)
+    train_until_checkpoint(monkeypatch, build("ppo", config, run), interrupted, kill_at=2)
+    resumed = resume(interrupted)
     assert resumed["params_digest"] == straight["params_digest"]
     assert resumed["final_eval_return"] == straight["final_eval_return"]
-    seeds = dataclasses.replace(run, seeds=2, steps=256)
-    summary = train(small_ppo.build(run_config=seeds), str(tmp_path / "seeds"))
+    seeds = dataclasses.replace(run, seeds=2, steps=iteration)
+    summary = train(build("ppo", config, seeds), str(tmp_path / "seeds"))
     digests = [s["params_digest"] for s in summary["per_seed"]]
     assert len(set(digests)) == 2
