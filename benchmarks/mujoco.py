@@ -341,15 +341,17 @@ def fmt_mean_se(pair: tuple[float | None, float | None], spec: str = ".0f") -> s
 
 
 def equal_ratios(rows: list[dict]) -> list[dict[str, Any]]:
-    """heron's steps/s over each peer's, per env and algorithm."""
+    """heron's steps/s over each peer's, per env and algorithm (none where heron's runs
+    are not among ``rows``, e.g. ``--systems sbx``)."""
     ratios = []
     for row in rows:
-        if row["system"] == "heron":
-            continue
         heron = next(
-            r for r in rows if r["system"] == "heron" and r["env"] == row["env"]
-            and r["algo"] == row["algo"]
+            (r for r in rows if r["system"] == "heron" and r["env"] == row["env"]
+             and r["algo"] == row["algo"]),
+            None,
         )  # fmt: skip
+        if row["system"] == "heron" or heron is None:
+            continue
         value = ratio(heron["steps_per_s"][0], row["steps_per_s"][0])
         target = SAC_TARGETS.get(row["system"]) if row["algo"] == "sac" else None
         ratios.append({"env": row["env"], "algo": row["algo"], "over": row["system"],
