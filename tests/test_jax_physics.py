@@ -107,8 +107,9 @@ def test_the_cpu_sized_ppo_preset_on_a_brax_env_resumes_exactly_and_runs_two_see
     tmp_path, monkeypatch
 ):
     """``brax:ant@cpu``'s PPO (128 envs x 64 steps an iteration, 8 epochs of 8 mini-batches,
-    64x64 swish) on Brax's test environment (Ant's and Playground's programs compile for
-    minutes at the unit tests' settings; their states' checkpoints are checked above): three
+    64x64 swish) on Brax's test environment (on Ant itself this test took 4 minutes of a
+    core, on Playground's envs their programs compile for minutes; their states' checkpoints
+    are checked above): three
     iterations straight, and stopped after checkpoint 2 then resumed, end with the same
     parameters; two seeds in one program differ."""
     config, run = presets.preset("ppo", "brax:ant@cpu")
