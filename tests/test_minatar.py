@@ -18,6 +18,7 @@ def _greedy_evals(run_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.user_compile  # compiled as unit tests are, 53 s against 43 s: bound by its run
 def test_ppo_reaches_10_on_breakout_from_its_preset(tmp_path):
     """The preset (gymnax-blines' MLP PPO, entropy cost 0.05), evaluated every 32k steps
     and stopped at the first greedy return >= 10 within its 1M steps: seeds 0-2 first
@@ -31,6 +32,7 @@ def test_ppo_reaches_10_on_breakout_from_its_preset(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.user_compile  # as the MLP's above (unit-test compiles saved 3 s of 29 here)
 def test_conv_ppo_reaches_5_on_breakout_from_its_preset(tmp_path):
     """The conv variant (one shared MinAtar conv torso), evaluated every 32k steps and
     stopped at the first greedy return >= 5 within 328k steps: seeds 0-3 first reached it at

@@ -34,6 +34,7 @@ def _greedy_evals(run_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.user_compile  # bound by its updates, which XLA's unoptimised kernels slow down
 @pytest.mark.parametrize("algo", ["sac", "td3"])
 def test_learns_half_cheetah_from_its_preset(algo, tmp_path):
     """The shipped preset, stopped at the first greedy evaluation at the threshold (SAC seed

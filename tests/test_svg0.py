@@ -507,6 +507,7 @@ def _greedy_evals(run_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.user_compile  # compiled as unit tests are, 22 and 26 s against 18 and 23 s
 @pytest.mark.parametrize("prior", [False, True])
 def test_svg0_learns_pendulum_from_its_preset(prior, tmp_path):
     """SVG0 on gymnax Pendulum-v1 with the shipped preset (heron/presets/svg0.toml, which
