@@ -40,10 +40,13 @@ sac/gym:HalfCheetah-v5,td3/gym:HalfCheetah-v5 --seeds 1``), as every preset is.
 The peer venvs (``benchmarks/.venvs/sb3``, ``.venvs/sbx``) are made on first use from
 ``_peers/sb3-requirements.txt`` and ``_peers/sbx-requirements.txt``. Results go to
 ``--out`` (default ``benchmarks/results/mujoco.json``); each finished equal-work run also
-goes to ``--runs-dir``, and ``--reuse`` reads the runs recorded there instead of running
-them again. The full table (3 seeds, 300k steps, two envs) is about 36 runs of 40-95 min
-here (SB3 SAC: 94 min); it is made in two streams, each pinned to one core, which stay
-equal work (SB3 uses one thread; heron and SBX get one core each too), e.g.::
+goes to ``--runs-dir`` (default ``benchmarks/recorded/mujoco_equal_runs``, kept in git, so
+a table made over several sittings survives a fresh machine; each record names its CPU,
+cores and commit, and a table whose runs name different CPUs is printed with a warning),
+and ``--reuse`` reads the runs recorded there instead of running them again. The full
+table (3 seeds, 300k steps, two envs) is about 36 runs of 40-95 min here (SB3 SAC: 94 min);
+it is made in two streams, each pinned to one core, which stay equal work (SB3 uses one
+thread; heron and SBX get one core each too), e.g.::
 
     taskset -c 0 .venv/bin/python benchmarks/mujoco.py --sections equal --reuse \
         --envs HalfCheetah-v5 --out benchmarks/results/mujoco_c0.json
@@ -307,6 +310,7 @@ def equal_run(args, work: Path, system: str, algo: str, env: str, seed: int) -> 
         run = equal_peer(args, system, algo, env, seed)
     if run.get("curve"):
         run["cores"] = sorted(os.sched_getaffinity(0))
+        run["processor"] = args.processor
         run["git_commit"] = args.commit
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(run, indent=1))
@@ -330,6 +334,9 @@ def bench_equal(args, work: Path) -> list[dict[str, Any]]:
                     other_load(r["record"]) > BUSY_WARNING for r in runs if "record" in r
                 )
                 rows.append(row)
+    processors = {r.get("processor", "not recorded") for row in rows for r in row["runs"]}
+    if len(processors) > 1:
+        log(f"warning: the runs of this table ran on different CPUs: {sorted(processors)}")
     return rows
 
 
@@ -397,8 +404,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--runs-dir",
         type=Path,
-        default=ROOT / "benchmarks/results/mujoco_equal_runs",
-        help="where each finished equal-work run is recorded",
+        default=ROOT / "benchmarks/recorded/mujoco_equal_runs",
+        help="where each finished equal-work run is recorded (in git by default)",
     )
     parser.add_argument(
         "--reuse", action="store_true", help="read runs recorded in --runs-dir, not rerun them"
@@ -429,6 +436,7 @@ def main(argv: list[str] | None = None) -> int:
     work = reset_dir(args.out.parent / f"{args.out.stem}_runs")  # one per --out: streams
     machine = machine_info()
     args.commit = machine["git_commit"]
+    args.processor = machine["processor"]
     results: dict[str, Any] = {"benchmark": "mujoco", "quick": args.quick,
                                "machine": machine, "args": {
                                    k: str(v) if isinstance(v, Path) else v
