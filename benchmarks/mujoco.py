@@ -294,6 +294,23 @@ def mean_se(values: list[float | None]) -> tuple[float | None, float | None]:
     return mean, se
 
 
+def speed_probe(repeats: int = 5, products: int = 50) -> float:
+    """Milliseconds for ``products`` float32 256x256 matrix products in numpy on this
+    process's cores (the fastest of ``repeats``): how fast the machine runs at this moment,
+    recorded beside each run because VMs reporting the same CPU model have run the same
+    work at half or twice the speed here."""
+    import numpy as np
+
+    matrix = np.random.default_rng(0).standard_normal((256, 256), dtype=np.float32)
+    fastest = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(products):
+            matrix @ matrix
+        fastest = min(fastest, time.perf_counter() - start)
+    return fastest * 1e3
+
+
 def equal_run(args, work: Path, system: str, algo: str, env: str, seed: int) -> dict[str, Any]:
     """One equal-work run; with ``--reuse``, read from ``--runs-dir`` when a run with the same
     system, algorithm, env, seed and steps finished there before. Every finished run is
@@ -304,6 +321,7 @@ def equal_run(args, work: Path, system: str, algo: str, env: str, seed: int) -> 
     if args.reuse and path.exists():
         log(f"  {system} {algo} {env} s{seed}: recorded in {path}")
         return json.loads(path.read_text())
+    probe_before = speed_probe()
     if system == "heron":
         run = equal_heron(args, work, algo, env, seed)
     else:
@@ -311,6 +329,8 @@ def equal_run(args, work: Path, system: str, algo: str, env: str, seed: int) -> 
     if run.get("curve"):
         run["cores"] = sorted(os.sched_getaffinity(0))
         run["processor"] = args.processor
+        run["boot_id"] = args.boot_id
+        run["probe_ms"] = [probe_before, speed_probe()]  # before and after the run
         run["git_commit"] = args.commit
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(run, indent=1))
@@ -337,6 +357,14 @@ def bench_equal(args, work: Path) -> list[dict[str, Any]]:
     processors = {r.get("processor", "not recorded") for row in rows for r in row["runs"]}
     if len(processors) > 1:
         log(f"warning: the runs of this table ran on different CPUs: {sorted(processors)}")
+    boots = {r.get("boot_id") for row in rows for r in row["runs"]}
+    if len(boots) > 1:
+        log(
+            f"warning: the runs of this table come from {len(boots)} starts of the machine "
+            "(boot ids; None: not recorded): VMs reporting the same CPU have run the same "
+            "work at half or twice the speed here, so compare rows made in one start (each "
+            "record's probe_ms times a fixed matmul before and after its run)"
+        )
     return rows
 
 
@@ -437,6 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     machine = machine_info()
     args.commit = machine["git_commit"]
     args.processor = machine["processor"]
+    args.boot_id = machine["boot_id"]
     results: dict[str, Any] = {"benchmark": "mujoco", "quick": args.quick,
                                "machine": machine, "args": {
                                    k: str(v) if isinstance(v, Path) else v

@@ -523,6 +523,16 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def boot_id() -> str | None:
+    """This boot of the machine (Linux's random boot id): a VM started afresh gets a new one,
+    and VMs that report the same CPU model can differ in speed, so records compare
+    within one boot."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
 def machine_info() -> dict[str, Any]:
     try:
         commit = (
@@ -539,6 +549,7 @@ def machine_info() -> dict[str, Any]:
     return {
         "platform": platform.platform(),
         "processor": cpu_model(),
+        "boot_id": boot_id(),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "git_commit": commit,
