@@ -329,6 +329,7 @@ def equal_run(args, work: Path, system: str, algo: str, env: str, seed: int) -> 
     if run.get("curve"):
         run["cores"] = sorted(os.sched_getaffinity(0))
         run["processor"] = args.processor
+        run["cpu_generation"] = args.cpu_generation
         run["boot_id"] = args.boot_id
         run["probe_ms"] = [probe_before, speed_probe()]  # before and after the run
         run["git_commit"] = args.commit
@@ -354,7 +355,11 @@ def bench_equal(args, work: Path) -> list[dict[str, Any]]:
                     other_load(r["record"]) > BUSY_WARNING for r in runs if "record" in r
                 )
                 rows.append(row)
-    processors = {r.get("processor", "not recorded") for row in rows for r in row["runs"]}
+    processors = {
+        f"{r.get('processor', 'not recorded')} ({r.get('cpu_generation', 'family unknown')})"
+        for row in rows
+        for r in row["runs"]
+    }
     if len(processors) > 1:
         log(f"warning: the runs of this table ran on different CPUs: {sorted(processors)}")
     boots = {r.get("boot_id") for row in rows for r in row["runs"]}
@@ -465,6 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     machine = machine_info()
     args.commit = machine["git_commit"]
     args.processor = machine["processor"]
+    args.cpu_generation = machine["cpu_generation"]
     args.boot_id = machine["boot_id"]
     results: dict[str, Any] = {"benchmark": "mujoco", "quick": args.quick,
                                "machine": machine, "args": {

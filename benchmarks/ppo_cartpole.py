@@ -523,6 +523,23 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_generation() -> str | None:
+    """The CPU's family, model and stepping (Linux's /proc/cpuinfo), which a VM's model name
+    ("AMD EPYC") may leave out: e.g. family 26 is AMD's Zen 5, whose AVX-512 XLA uses."""
+    fields = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                key, _, value = line.partition(":")
+                if key.strip() in ("cpu family", "model", "stepping"):
+                    fields.setdefault(key.strip(), value.strip())
+                if not line.strip():
+                    break
+    except OSError:
+        return None
+    return " ".join(f"{key} {value}" for key, value in fields.items()) or None
+
+
 def boot_id() -> str | None:
     """This boot of the machine (Linux's random boot id): a VM started afresh gets a new one,
     and VMs that report the same CPU model can differ in speed, so records compare
@@ -549,6 +566,7 @@ def machine_info() -> dict[str, Any]:
     return {
         "platform": platform.platform(),
         "processor": cpu_model(),
+        "cpu_generation": cpu_generation(),
         "boot_id": boot_id(),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
