@@ -45,10 +45,10 @@ a table made over several sittings survives a fresh machine; each record names i
 (model name and family/model/stepping), the machine's boot, its cores and commit, and the
 time of a fixed matmul before and after it (``speed_probe``); a table whose runs name
 different CPUs or boots is printed with a warning: VMs named alike ran the same work at
-half or twice the speed here), and ``--reuse`` reads the runs recorded there instead of running them again. The full
-table (3 seeds, 300k steps, two envs) is about 36 runs of 40-95 min here (SB3 SAC: 94 min);
-it is made in two streams, each pinned to one core, which stay equal work (SB3 uses one
-thread; heron and SBX get one core each too), e.g.::
+half or twice the speed here), and ``--reuse`` reads the runs recorded there instead of
+running them again. The full table (3 seeds, 300k steps, two envs) is about 36 runs of
+40-95 min here (SB3 SAC: 94 min); it is made in two streams, each pinned to one core,
+which stay equal work (SB3 uses one thread; heron and SBX get one core each too), e.g.::
 
     taskset -c 0 .venv/bin/python benchmarks/mujoco.py --sections equal --reuse \
         --envs HalfCheetah-v5 --out benchmarks/results/mujoco_c0.json
