@@ -303,13 +303,10 @@ def make_network(
             x = (x, jnp.zeros((1, extra_size), jnp.float32))
         return module.init(key, initial_state((1,)), x, jnp.ones((1,), bool))
 
-    def apply(params, state, x, first):
-        return module.apply(params, state, x, first)
-
     def step(params, state, x, first):
         if config.recurrent:
-            return apply(params, state, x, first)
-        return _on_flat_batch(apply, len(observation_shape), params, state, x, first)
+            return module.apply(params, state, x, first)
+        return _on_flat_batch(module.apply, len(observation_shape), params, state, x, first)
 
     def unroll(params, state, xs, firsts):
         if not config.recurrent:
