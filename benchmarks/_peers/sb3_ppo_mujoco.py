@@ -1,5 +1,6 @@
 """Stable-Baselines3 PPO with rl-baselines3-zoo's MuJoCo settings, as the zoo runs it: the
-control for heron's PPO MuJoCo presets (same values; ``heron/presets/ppo.toml``).
+control for heron's PPO MuJoCo presets (``heron/presets/ppo.toml``; its Hopper preset is
+SB3's defaults, ``--sb3-defaults``).
 
 Runs inside ``benchmarks/.venvs/sb3`` (``mujoco.py`` makes it)::
 
@@ -23,19 +24,29 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecNormalize
 
-# rl-baselines3-zoo hyperparams/ppo.yml (the Hopper-v3 and HalfCheetah-v3 entries);
-# policy_kwargs: log_std_init=-2, ortho_init=False, ReLU, pi and vf 256x256 for both.
+# rl-baselines3-zoo hyperparams/ppo.yml: the Hopper-v3 and HalfCheetah-v3 entries (tuned,
+# with log_std_init=-2, ortho_init=False, ReLU, pi and vf 256x256) and the Ant-v3 entry
+# (SB3's defaults: 2048 steps, 10 epochs of batches of 64, lr 3e-4, 64x64 tanh, log-std 0,
+# orthogonal init). --sb3-defaults runs SB3's defaults on any of them (heron's Hopper preset).
+TUNED_POLICY = dict(
+    log_std_init=-2,
+    ortho_init=False,
+    activation_fn=torch.nn.ReLU,
+    net_arch=dict(pi=[256, 256], vf=[256, 256]),
+)
+SB3_DEFAULTS = dict(gamma=0.99)
 ZOO = {
     "Hopper-v5": dict(
         batch_size=32, n_steps=512, gamma=0.999, learning_rate=9.80828e-05,
         ent_coef=0.00229519, clip_range=0.2, n_epochs=5, gae_lambda=0.99,
-        max_grad_norm=0.7, vf_coef=0.835671,
+        max_grad_norm=0.7, vf_coef=0.835671, policy_kwargs=TUNED_POLICY,
     ),
     "HalfCheetah-v5": dict(
         batch_size=64, n_steps=512, gamma=0.98, learning_rate=2.0633e-05,
         ent_coef=0.000401762, clip_range=0.1, n_epochs=20, gae_lambda=0.92,
-        max_grad_norm=0.8, vf_coef=0.58096,
+        max_grad_norm=0.8, vf_coef=0.58096, policy_kwargs=TUNED_POLICY,
     ),
+    "Ant-v5": SB3_DEFAULTS,
 }  # fmt: skip
 
 
@@ -60,9 +71,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1_000_000)
     parser.add_argument("--eval-every", type=int, default=10_240)
     parser.add_argument("--eval-episodes", type=int, default=5)
+    parser.add_argument(
+        "--sb3-defaults", action="store_true", help="SB3's PPO defaults instead of the zoo's entry"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
-    hyper = ZOO[args.env]
+    hyper = SB3_DEFAULTS if args.sb3_defaults else ZOO[args.env]
     gamma = hyper["gamma"]
     train_env = VecNormalize(make_vec_env(args.env, n_envs=1, seed=args.seed), gamma=gamma)
     eval_env = VecNormalize(
@@ -71,15 +85,7 @@ def main() -> None:
         norm_reward=False,
         gamma=gamma,
     )
-    policy_kwargs = dict(
-        log_std_init=-2,
-        ortho_init=False,
-        activation_fn=torch.nn.ReLU,
-        net_arch=dict(pi=[256, 256], vf=[256, 256]),
-    )
-    model = PPO(
-        "MlpPolicy", train_env, seed=args.seed, device="cpu", policy_kwargs=policy_kwargs, **hyper
-    )
+    model = PPO("MlpPolicy", train_env, seed=args.seed, device="cpu", **hyper)
     evaluation = NormalizedGreedyEvaluation(
         train_env, eval_env, args.eval_every, args.eval_episodes
     )
