@@ -1,6 +1,11 @@
 """Stable-Baselines3 or SBX (``--library``) SAC or TD3 (``--algo``) on a Gymnasium MuJoCo
 env, one measurement per process.
 
+``--mode eval`` trains and evaluates (below); ``--mode update`` times the updates alone:
+``--steps`` random env steps fill the replay (no update yet), then ``--rounds`` calls of
+``model.train(gradient_steps=--updates)`` (the library's own replay sampling and updates,
+what ``learn()`` runs after each env step), after one untimed call (SBX compiles in it).
+
 Runs inside ``benchmarks/.venvs/sb3`` (SB3 on torch, one torch thread unless
 ``--torch-threads``) or ``benchmarks/.venvs/sbx`` (SBX, the JAX port; its venv also holds
 SB3, whose env utilities it uses). Hyperparameters are rl-baselines3-zoo's MuJoCo ones:
@@ -29,6 +34,7 @@ import time
 _T0 = time.perf_counter()
 
 import argparse  # noqa: E402
+import statistics  # noqa: E402
 
 import numpy as np  # noqa: E402
 from _common import base_parser, emit, package_versions  # noqa: E402
@@ -128,19 +134,38 @@ def run(args) -> dict:
     }
 
 
+def time_updates(args) -> dict:
+    if args.steps > args.learning_starts:
+        raise SystemExit(
+            f"--mode update fills the replay with random steps only: --steps {args.steps} "
+            f"must not pass --learning-starts {args.learning_starts}"
+        )
+    model = make_model(args)
+    model.learn(total_timesteps=args.steps)
+    times = []
+    for round_ in range(args.rounds + 1):  # the first call compiles SBX's updates
+        start = time.perf_counter()
+        model.train(gradient_steps=args.updates, batch_size=model.batch_size)
+        if round_:
+            times.append((time.perf_counter() - start) * 1e3 / args.updates)
+    return {"min_ms": min(times), "median_ms": statistics.median(times), "ms": times}
+
+
 def parse_args() -> argparse.Namespace:
-    parser = base_parser(__doc__.splitlines()[0], ("eval",))
+    parser = base_parser(__doc__.splitlines()[0], ("eval", "update"))
     parser.add_argument("--library", choices=("sb3", "sbx"), required=True)
     parser.add_argument("--algo", choices=("sac", "td3"), required=True)
     parser.add_argument("--env", required=True, help="a Gymnasium id, e.g. HalfCheetah-v5")
     parser.add_argument("--learning-starts", type=int, default=10_000)
     parser.add_argument("--torch-threads", type=int, default=1, help="SB3 only; 0: torch's")
+    parser.add_argument("--rounds", type=int, default=8, help="update mode: timed calls")
+    parser.add_argument("--updates", type=int, default=100, help="update mode: per call")
     return parser.parse_args()
 
 
 def main() -> None:
     args = parse_args()
-    result = run(args)
+    result = run(args) if args.mode == "eval" else time_updates(args)
     names = ("stable-baselines3", "torch") if args.library == "sb3" else ("sbx-rl", "jax")
     emit(
         {
