@@ -95,7 +95,9 @@ def test_a_second_run_loads_its_programs_with_the_same_numbers(exported, tmp_pat
     assert traces["iteration"] == 0  # neither validated nor traced to run
 
     uncached = train(build("ppo", TINY_PPO, tiny_run()), str(tmp_path / "uncached"))
-    assert traces["iteration"] > 0
+    # Once: the build's check is the trace the run compiles, and the shapes of the
+    # iteration's metrics come from the same trace as the loop that carries them.
+    assert traces["iteration"] == 1
     for run in (summary, exported.summary):
         assert run["params_digest"] == uncached["params_digest"]
         assert run["final_eval_return"] == uncached["final_eval_return"]

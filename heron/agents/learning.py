@@ -72,6 +72,7 @@ def minibatch_epochs(
     n_sequences = jax.tree.leaves(batch)[0].shape[0]
     n_minibatches = n_sequences // batch_size
     shuffle = num_epochs > 1 or n_minibatches > 1
+    update = jax.jit(update)  # traced once for both branches below, and for their shapes
 
     def one_update(carry, inputs):
         state, stopped = carry

@@ -285,6 +285,7 @@ def make_td3(spec: EnvSpec, config: TD3Config, devices=None) -> Agent:
 
         return nets.evaluate_with(state.policy_params, timestep, carry, noisy)
 
+    @jax.jit  # traced once for the delayed branch and the other's shapes
     def policy_step(state: TD3State, inputs: Sequences, rate):
         """The delayed update, after the critics' step: the policy's Adam step against the
         stepped critics, and the Polyak targets; with the policy's metrics."""

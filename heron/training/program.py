@@ -73,6 +73,7 @@ def learn_phase(agent: Agent, replay, agent_state, replay_state, key, limit: int
     replay_state, metrics averaged over the calls, ``train/updates`` summed)."""
     limit = _NO_LIMIT if limit is None else limit
 
+    @jax.jit  # traced once for its metrics' shapes and the loop (the trace is cached)
     def learn(agent_state, replay_state, key):
         return agent.learn(agent_state, replay, replay_state, key)
 
@@ -195,6 +196,7 @@ def make_program(
         keys = jax.vmap(lambda key: jax.random.split(key, 3))(keys)  # [K, 3]: agent, source, run
         return strongly_typed(sources_init(keys, agent_init(keys[:, 0])))
 
+    @jax.jit  # traced once for its metrics' shapes and the loop (the trace is cached)
     def iteration_one(state: TrainState):
         """(state, what it learned, its other metrics)."""
         key, collect_key, learn_key = jax.random.split(state.key, 3)
