@@ -30,7 +30,10 @@ _pin_worker_to_one_core()
 # the same as XLA flags for the processes tests start. A worker inherits those flags from
 # its controller, and XLA reads XLA_FLAGS once, at its first compile: taken out here, before
 # anything compiles, so that this process compiles as users' runs do wherever a test asks.
-UNIT_COMPILE_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
+UNIT_COMPILE_OPTIONS = {
+    "xla_cpu_use_fusion_emitters": False,
+    "xla_cpu_parallel_codegen_split_count": 1,
+}
 CHILD_XLA_FLAGS = [f"--{name}={str(value).lower()}" for name, value in UNIT_COMPILE_OPTIONS.items()]
 
 
