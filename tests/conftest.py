@@ -193,10 +193,13 @@ ALL_FULL = os.environ.get("HERON_TEST_COMPILE") == "full"
 # Unit tests' programs are also emitted by XLA's CPU elemental emitters rather than its
 # newer fusion emitters (``xla_cpu_use_fusion_emitters=false``): measured here, that halves
 # again the time XLA takes for them (a small CRR iteration: 5.4 s at the setting above, 2.5 s
-# with both). In this process XLA takes the option per compile only through the compile
-# options JAX builds, so JAX's builder is wrapped and adds it while most optimisations are
-# off; the processes a test starts get it as an XLA flag (``CHILD_XLA_FLAGS``), read once
-# when they start. Users' settings stay untouched.
+# with both). And their code is generated as one LLVM module
+# (``xla_cpu_parallel_codegen_split_count=1``): XLA splits it to compile the parts on several
+# threads, but a worker has one core, so the parts only added work (a small SAC run's XLA
+# time 3.57 -> 3.15 s; the suite's 802 -> 761 s). In this process XLA takes the options per
+# compile only through the compile options JAX builds, so JAX's builder is wrapped and adds
+# them while most optimisations are off; the processes a test starts get them as XLA flags
+# (``CHILD_XLA_FLAGS``), read once when they start. Users' settings stay untouched.
 
 
 def _with_unit_compile_options(get_compile_options):

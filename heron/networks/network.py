@@ -327,7 +327,7 @@ def _on_flat_batch(apply: Callable, observation_ndim: int, params, state, x, fir
     (e.g. [T, B] sequences) are merged into one, outputs reshaped back. XLA:CPU multiplies
     a layer's 2-D inputs faster than 3-D ones: SAC's update on HalfCheetah's sizes took
     3.84 ms with [1, B] inputs, 3.38 ms merged, 3.26 ms for a plain flax SAC
-    (``benchmarks/update_floor.py``, then ``sac_update.py``, 2026-12-06)."""
+    (``benchmarks/update_floor.py``, named ``sac_update.py`` then; 2026-12-06)."""
     observation = x[0] if isinstance(x, tuple) else x
     batch = observation.shape[: observation.ndim - observation_ndim]
     if len(batch) == 1:
