@@ -158,9 +158,20 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--env", required=True, help="a Gymnasium id, e.g. HalfCheetah-v5")
     parser.add_argument("--learning-starts", type=int, default=10_000)
     parser.add_argument("--torch-threads", type=int, default=1, help="SB3 only; 0: torch's")
-    parser.add_argument("--rounds", type=int, default=8, help="update mode: timed calls")
-    parser.add_argument("--updates", type=int, default=100, help="update mode: per call")
-    return parser.parse_args()
+    parser.add_argument("--rounds", type=int, help="update mode: timed calls (default 8)")
+    parser.add_argument("--updates", type=int, help="update mode: per call (default 100)")
+    args = parser.parse_args()
+    if args.mode == "eval" and (args.rounds, args.updates) != (None, None):
+        parser.error("--rounds and --updates time --mode update; --mode eval takes neither")
+    evaluation = ("eval_every", "eval_episodes", "solved_return")
+    if args.mode == "update" and any(
+        getattr(args, name) != parser.get_default(name) for name in evaluation
+    ):
+        parser.error("--mode update evaluates nothing: --eval-every, --eval-episodes and "
+                     "--solved-return are --mode eval's")  # fmt: skip
+    args.rounds = 8 if args.rounds is None else args.rounds
+    args.updates = 100 if args.updates is None else args.updates
+    return args
 
 
 def main() -> None:
