@@ -62,11 +62,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import struct
-from gymnax.environments import environment, spaces
 from jax._src import compiler as _jax_compiler  # wrapped below: the unit tests' options
 
 from heron import envs
 from heron.cli import compile_cache_dir, configure_compile_cache, program_cache_dir
+
+_gymnax = envs.import_gymnax()  # not `import gymnax`: that loads its drawing libraries
+environment, spaces = _gymnax.environments.environment, _gymnax.environments.spaces
 
 # The persistent compilation cache of this test run: one directory the run creates, shared
 # by its xdist workers and by the processes its tests start (they inherit the variable),

@@ -442,13 +442,19 @@ def test_a_gpu_learner_on_a_cluster_without_gpus_is_refused(cluster, tmp_path, c
     assert "dist.learner_gpus=1 needs 1 GPUs; the Ray cluster has 0" in line
 
 
-def test_plain_runs_never_import_ray():
+def test_plain_runs_never_import_ray_nor_gymnaxs_drawing_libraries():
+    """Nor do gymnax environments, heron's or a user's env module's, load the drawing
+    libraries gymnax imports for its renderers (seaborn with scipy.stats, pyplot): 1.5 s of
+    every process, Ray's actors included."""
     script = (
-        "import sys; from heron import api; from heron.run_config import RunConfig; "
-        "api.build('ppo', run=RunConfig()); print('ray' in sys.modules)"
+        "import sys; from heron import api, envs; from heron.run_config import RunConfig; "
+        "envs.import_env_module('custom_envs'); "  # a user's module: `from gymnax... import`
+        "api.build('ppo', run=RunConfig()); "
+        "api.build('ppo', run=RunConfig(env='heron:CartPole-masked-v1')); "
+        "print([m in sys.modules for m in ('ray', 'scipy.stats', 'matplotlib.figure')])"
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert out.stdout.strip() == "False", out.stderr[-2000:]
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=TESTS)
+    assert out.stdout.strip() == "[False, False, False]", out.stderr[-2000:]
 
 
 # ---------------------------------------------------------------------------- learning

@@ -37,10 +37,17 @@ def _load_lazily(name: str) -> None:
     sys.modules[name] = stand_in
 
 
-def import_gymnax():
-    """gymnax, without importing its renderers' drawing libraries until they draw."""
+def defer_drawing_libraries() -> None:
+    """Makes a later ``import gymnax`` (heron's or a user's env module's) leave its
+    renderers' drawing libraries unloaded until they draw (about 1.5 s of every process
+    that imports gymnax)."""
     for name in _DRAWING_MODULES:
         _load_lazily(name)
+
+
+def import_gymnax():
+    """gymnax, without importing its renderers' drawing libraries until they draw."""
+    defer_drawing_libraries()
     import gymnax
 
     return gymnax

@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from heron.envs.adapters import gymnax_environment_type
 from heron.envs.errors import UnknownEnvError
 from heron.envs.jax_env import JaxEnv
 from heron.envs.registry import make_one
@@ -103,14 +104,14 @@ def check(env, steps: int = 1000, seed: int = 0) -> EnvCheck:
         raise ValueError(f"steps must be > 0, got {steps}")
     name = env if isinstance(env, str) else type(env).__name__
     made = make_one(env) if isinstance(env, str) else env
-    from gymnax.environments.environment import Environment
+    jax_environment = gymnax_environment_type()
 
     try:
         if isinstance(made, gymnasium.Env):
             return _check_gymnasium(name, made, steps, seed)
-        if isinstance(made, Environment):
+        if isinstance(made, jax_environment):
             made = (made, made.default_params)
-        if isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], Environment):
+        if isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], jax_environment):
             return _check_jax(name, made[0], made[1], steps, seed)
     finally:
         if isinstance(env, str) and isinstance(made, gymnasium.Env):

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import jax.numpy as jnp
-from gymnax.environments import spaces
-from gymnax.environments.classic_control.cartpole import CartPole
+
+from heron.envs.adapters import import_gymnax
+
+_gymnax = import_gymnax()  # not `import gymnax`: that loads its drawing libraries (seconds)
+spaces = _gymnax.environments.spaces
+CartPole = _gymnax.environments.classic_control.cartpole.CartPole
 
 
 class MaskedCartPole(CartPole):

@@ -15,7 +15,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import struct
-from gymnax.environments import environment, spaces
+
+from heron.envs.adapters import import_gymnax
+
+_gymnax = import_gymnax()  # not `import gymnax`: that loads its drawing libraries (seconds)
+environment, spaces = _gymnax.environments.environment, _gymnax.environments.spaces
 
 CHOICES, SIDE, STEPS = 3, 3, 10
 

@@ -17,12 +17,15 @@ import os
 import re
 import shutil
 import sys
+from typing import TYPE_CHECKING
 
 import jax
-import orbax.checkpoint as ocp
 
 from heron.configs import ConfigError
 from heron.training import rundir
+
+if TYPE_CHECKING:
+    import orbax.checkpoint
 
 DIGEST_FILE = "heron_sha256.json"
 CONFIG_FILE = "heron_config.json"  # the run's config.json as it was when the step was saved
@@ -55,15 +58,24 @@ def _quiet_orbax():
         logger.setLevel(level)
 
 
+def _orbax():
+    """orbax.checkpoint, imported at the first save or restore: processes that never save
+    (Ray's actors) skip its 0.4 s."""
+    import orbax.checkpoint
+
+    return orbax.checkpoint
+
+
 def _folder(run_dir: str, kind: str = LATEST) -> str:
     return os.path.abspath(os.path.join(run_dir, kind))
 
 
 def _manager(
     run_dir: str, keep: int = 3, writer: bool = False, kind: str = LATEST
-) -> ocp.CheckpointManager:
+) -> orbax.checkpoint.CheckpointManager:
     """orbax's manager of ``run_dir/checkpoints``; a ``writer`` also removes the temporary
     folders of saves that never finished (a killed process, a full disk)."""
+    ocp = _orbax()
     options = ocp.CheckpointManagerOptions(
         max_to_keep=keep,
         create=True,
@@ -147,7 +159,7 @@ class Checkpointer:
                 self._manager.reload()
             try:
                 self._manager.save(
-                    step, args=ocp.args.StandardSave(_without_empty(state)), force=True
+                    step, args=_orbax().args.StandardSave(_without_empty(state)), force=True
                 )
                 self._manager.wait_until_finished()
             except Exception as error:  # tensorstore reports OS errors as ValueError
@@ -286,7 +298,7 @@ def _restore_one(manager, run_dir: str, step: int, abstract, kind: str = LATEST)
             "two_towers, ...) must stay as they were when it was written"
         )
     try:
-        return manager.restore(step, args=ocp.args.StandardRestore(abstract))
+        return manager.restore(step, args=_orbax().args.StandardRestore(abstract))
     except Exception as error:  # orbax raises many types for unreadable data
         raise _Unreadable(f"it cannot be read ({_one_line(error)})") from error
 
@@ -359,7 +371,7 @@ def restore(run_dir: str, template, step: int | None = None, kind: str = LATEST)
             f"no checkpoint {step} in {folder!r}; it holds {', '.join(map(str, steps))}"
         )
     candidates = [step] if step is not None else sorted(steps, reverse=True)
-    abstract = _without_empty(jax.tree.map(ocp.utils.to_shape_dtype_struct, template))
+    abstract = _without_empty(jax.tree.map(_orbax().utils.to_shape_dtype_struct, template))
     skipped: list[tuple[int, str]] = []
     with _quiet_orbax():
         manager = _manager(run_dir, kind=kind)

@@ -9,7 +9,7 @@ import importlib
 import os
 import sys
 
-from heron.envs.adapters import batched_from, make_from
+from heron.envs.adapters import batched_from, defer_drawing_libraries, make_from
 from heron.envs.errors import UnknownEnvError, first_line
 from heron.envs.family import DOTTED_NAME, Family
 
@@ -31,6 +31,7 @@ def _import_user_module(module_name: str, what: str):
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.append(cwd)
+    defer_drawing_libraries()  # user modules of JAX environments mostly import gymnax
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as error:
