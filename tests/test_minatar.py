@@ -36,9 +36,11 @@ def test_ppo_reaches_10_on_breakout_from_its_preset(tmp_path):
 def test_conv_ppo_reaches_5_on_breakout_from_its_preset(tmp_path):
     """The conv variant (one shared MinAtar conv torso), evaluated every 32k steps and
     stopped at the first greedy return >= 5 within 328k steps: seeds 0-3 first reached it at
-    164k, 98k, 131k and 197k steps; their first evaluations (32k) gave 0.6-1.9."""
+    164k, 98k, 131k and 197k steps; their first evaluations (32k) gave 0.6-1.9. The test
+    runs seed 1, the earliest (on a Zen 3 CPU too: 1.8, 2.0, 5.4 at 32k, 65k, 98k): the
+    budget is what can fail."""
     config, run = presets.preset("ppo", BREAKOUT, f"{BREAKOUT}@conv")
     assert config.network.torso == "conv"
-    run = dataclasses.replace(run, steps=327_680, eval_every_n=4, stop_at_return=5.0, seed=0)
+    run = dataclasses.replace(run, steps=327_680, eval_every_n=4, stop_at_return=5.0, seed=1)
     summary = train(build("ppo", config, run), str(tmp_path / "run"))
     assert summary["best_eval_return"] >= 5.0, _greedy_evals(tmp_path / "run")

@@ -20,12 +20,14 @@ HALF_CHEETAH = "gym:HalfCheetah-v5"
 #      3155, 3772: >= 700 first at 25k, 25k, 20k.
 # (An earlier measurement, before one-seed runs stopped vmapping their iteration over seeds
 # and so rounded differently, had SAC >= 500 at 25k, 30k, 30k.) The budgets leave two
-# evaluations (10k steps) over the slowest seed. The test runs the seed that crosses its
-# threshold first and by the widest margin (SAC seed 1: 826 at 30k; TD3 seed 2: 1151 at
-# 20k): the budget is what can fail, and a crossing far from the threshold keeps the test's
-# cost (its updates: 7-10 ms each) alike on CPUs that round differently.
+# evaluations (10k steps) over the slowest seed. The test runs a seed that crosses its
+# threshold early and by a wide margin: the budget is what can fail, and a crossing far from
+# the threshold keeps the test's cost (its updates: 7-11 ms each) alike on CPUs that round
+# differently. SAC seeds 3-6 at 15k-25k (2026-12-07, a Zen 3 CPU): -26, -230, 1227 / -101,
+# -306, 746 / 73, -142, -15 / -12, -202, -236: seed 3 crosses at 25k, 5k steps (about 55
+# s of updates) before seed 1's 30k. TD3 seed 2: 1151 at 20k.
 BUDGETS = {"sac": (500.0, 45_000), "td3": (700.0, 35_000)}
-SEEDS = {"sac": 1, "td3": 2}
+SEEDS = {"sac": 3, "td3": 2}
 
 
 def _greedy_evals(run_dir):
@@ -38,7 +40,7 @@ def _greedy_evals(run_dir):
 @pytest.mark.parametrize("algo", ["sac", "td3"])
 def test_learns_half_cheetah_from_its_preset(algo, tmp_path):
     """The shipped preset, stopped at the first greedy evaluation at the threshold (SAC seed
-    1 at 30k steps, TD3 seed 2 at 20k)."""
+    3 at 25k steps, TD3 seed 2 at 20k)."""
     threshold, steps = BUDGETS[algo]
     config, run = presets.preset(algo, HALF_CHEETAH)
     run = dataclasses.replace(run, steps=steps, stop_at_return=threshold, seed=SEEDS[algo])
