@@ -290,9 +290,11 @@ def test_recurrent_dqn_remembers_what_masked_cartpole_hides(tmp_path):
     as many steps as the LSTM took, stays below 60. Measured, single runs of seeds 0-7: the
     LSTM's first greedy evaluation >= 120 at 18k-48k steps (best 191-500 over 100k; seed 2
     best 56-64 within 40k, so reaching 200 by 40k, as this test asked before, held for some
-    seeds only); the feed-forward DQN's best 47-49 within 40k steps on seeds 0-5."""
+    seeds only); the feed-forward DQN's best 47-49 within 40k steps on seeds 0-5. Compiled as
+    unit tests (2026-12-07, a Zen 3 CPU), seeds 0-5 first reached 120 at 24k, 22k, 20k, 30k,
+    18k and 22k steps: the test runs seed 4 (318 at 18k), which keeps both runs short."""
     config, run = presets.preset("dqn", "heron:CartPole-masked-v1")
-    run = dataclasses.replace(run, seed=0)
+    run = dataclasses.replace(run, seed=4)
     reaching = dataclasses.replace(run, stop_at_return=120.0)
     lstm = api.train(api.build("dqn", config, reaching), str(tmp_path / "lstm"))
     memoryless, _ = presets.preset("dqn", "gymnax:CartPole-v1")
