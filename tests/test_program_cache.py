@@ -105,6 +105,35 @@ def test_a_second_run_loads_its_programs_with_the_same_numbers(exported, tmp_pat
     assert lines(exported.run_dir) == lines(tmp_path / "uncached")
 
 
+@pytest.fixture
+def stored_compiles():
+    """Counts the compilations of stored programs (JAX names them after the exported
+    function, ``call``): each is XLA's, or a read of JAX's persistent cache."""
+    count = {"call": 0}
+
+    def listener(event, seconds, fun_name="", **_):
+        if event == "/jax/core/compile/backend_compile_duration" and fun_name == "jit(call)":
+            count["call"] += 1
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    yield count
+    jax.monitoring.unregister_event_duration_listener(listener)
+
+
+def test_a_process_compiles_each_stored_program_once(exported, tmp_path, stored_compiles):
+    """Building the same programs again in one process (a resumed run, a study's trials, a
+    notebook's second run) runs the executables it compiled before: nothing is lowered or
+    read from JAX's persistent cache again."""
+    programs = copied(exported, tmp_path)
+    program_cache._compiled.clear()  # as in a new process
+    for run_dir, compiled in (("first", len(FUNCTIONS)), ("second", len(FUNCTIONS))):
+        setup = build("ppo", TINY_PPO, tiny_run(), program_cache=programs)
+        summary = train(setup, str(tmp_path / run_dir))
+        assert program_cache.loaded(setup.compiled) == FUNCTIONS
+        assert stored_compiles["call"] == compiled
+    assert summary["params_digest"] == exported.summary["params_digest"]
+
+
 @pytest.mark.parametrize(
     "ppo, run",
     [
