@@ -126,11 +126,11 @@ def test_a_process_compiles_each_stored_program_once(exported, tmp_path, stored_
     read from JAX's persistent cache again."""
     programs = copied(exported, tmp_path)
     program_cache._compiled.clear()  # as in a new process
-    for run_dir, compiled in (("first", len(FUNCTIONS)), ("second", len(FUNCTIONS))):
+    for run_dir in ("first", "second"):  # the first reads each from JAX's cache, once
         setup = build("ppo", TINY_PPO, tiny_run(), program_cache=programs)
         summary = train(setup, str(tmp_path / run_dir))
         assert program_cache.loaded(setup.compiled) == FUNCTIONS
-        assert stored_compiles["call"] == compiled
+        assert stored_compiles["call"] == len(FUNCTIONS)
     assert summary["params_digest"] == exported.summary["params_digest"]
 
 

@@ -7,12 +7,14 @@ Each function of a run's program (init, iteration, evaluate, restart) is, at its
 with arguments of a given structure and types, exported (``jax.export``: its StableHLO, as
 a function of the flattened arguments) and written to ``directory``; a later run with the
 same key deserializes it and compiles it (JAX's persistent cache holds the executable)
-without tracing or lowering heron's Python again. The key is everything that changes the
-traced programs: the run's config record (less the fields only the host loop reads),
-heron's own source files, the versions of JAX and of the libraries traced into the
-programs, Python, the devices and JAX's settings. Only runs whose programs are made of
-that code alone are given a store (``heron.api`` decides: JAX environments of gymnax or
-heron, one device, no actors, datasets, user modules or parameters of another run).
+without tracing or lowering heron's Python again; a process keeps the executables it
+compiled, so that building the same programs again in it compiles nothing. The key is
+everything that changes the traced programs: the run's config record (less the fields only
+the host loop reads), heron's own source files, the versions of JAX and of the libraries
+traced into the programs, Python, the devices and JAX's settings. Only runs whose programs
+are made of that code alone are given a store (``heron.api`` decides: JAX environments of
+gymnax or heron, one device, no actors, datasets, user modules or parameters of another
+run).
 
 An entry that is missing, unreadable, corrupt, of another format, or that does not fit the
 arguments is ignored: the function is traced as usual and its entry written again. Entries
