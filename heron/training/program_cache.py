@@ -356,9 +356,13 @@ class CachedFunction:
         if entry is None:
             return False
         if (tree, avals) not in self.compiling:
-            compiled = (self.store.key, self.name, signature_of(tree, avals), self.donate)
-            self.compiling[tree, avals] = _compiled_once(compiled, entry, avals)
+            compiled = self._compiled_key(signature_of(tree, avals))
+            self.compiling[tree, avals] = _compiled_once(compiled, entry, self.donate, avals)
         return True
+
+    def _compiled_key(self, signature: str) -> tuple:
+        """What identifies this function's executable for ``signature`` in the process."""
+        return (self.store.key, self.name, signature, self.donate)
 
     def _stored(self, tree, avals):
         if not self.start_compiling(tree, avals):
@@ -383,7 +387,7 @@ class CachedFunction:
         executable = _compile(entry, self.donate, avals)
         if executable is None:
             return None
-        _remember((self.store.key, self.name, signature, self.donate), _done(executable))
+        _remember(self._compiled_key(signature), _done(executable))
         self.store.save(self.name, signature, data)
         self.entries[tree, avals] = entry
         self.exported = True
@@ -436,13 +440,13 @@ COMPILED_KEPT = 32
 _compiled: collections.OrderedDict[tuple, Future] = collections.OrderedDict()
 
 
-def _compiled_once(compiled: tuple, entry: Entry, avals: tuple[Aval, ...]) -> Future:
+def _compiled_once(compiled: tuple, entry: Entry, donate: bool, avals: tuple[Aval, ...]):
     """The executable of ``entry`` (a Future), compiled once per process for the key
     ``compiled``."""
     if compiled in _compiled:
         _compiled.move_to_end(compiled)
         return _compiled[compiled]
-    return _remember(compiled, _compiler().submit(_compile, entry, compiled[-1], avals))
+    return _remember(compiled, _compiler().submit(_compile, entry, donate, avals))
 
 
 def _remember(compiled: tuple, executable: Future) -> Future:
